@@ -1,0 +1,104 @@
+# Build matrix: BACKEND=cpu|cuda (default: cuda when a GPU is visible), ATTENTION=naive|flash.
+#   make                      train_gpt2 and infer_gpt2 for the default backend and attention
+#   make ATTENTION=naive      the same with the three-kernel attention baseline
+#   make BACKEND=cuda         force the CUDA build (e.g. to compile on a machine without a GPU)
+#   make test                 the CPU test suite (what CI runs)
+#   make data                 TinyShakespeare token files and the tokenizer file
+#   make train                prepare data, build, train, sample
+# Objects and binaries of each variant live in build/<backend>-<attention>[-san]/; the
+# top-level ./train_gpt2 and ./infer_gpt2 are copies of the variant built last.
+
+BACKEND ?= $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo cuda || echo cpu)
+ATTENTION ?= flash
+SANITIZE ?= 0
+CUDA_ARCH ?= sm_90
+
+ifeq ($(filter $(BACKEND),cpu cuda),)
+$(error BACKEND must be cpu or cuda, not '$(BACKEND)')
+endif
+ifeq ($(filter $(ATTENTION),naive flash),)
+$(error ATTENTION must be naive or flash, not '$(ATTENTION)')
+endif
+
+CC ?= gcc
+NVCC ?= nvcc
+CFLAGS ?= -O3 -march=native
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -MMD -MP
+LDLIBS = -lm -lgomp
+NVCCFLAGS ?= -O3 -arch=$(CUDA_ARCH) --use_fast_math
+NVCCFLAGS += -std=c++17 -DBACKEND_CUDA -MMD -MP -Xcompiler -Wall,-Wno-unused-parameter
+PCRE2_LIBS = -lpcre2-8
+
+VARIANT = $(BACKEND)-$(ATTENTION)
+ifeq ($(SANITIZE),1)
+CFLAGS := $(filter-out -O3 -march=native,$(CFLAGS)) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+VARIANT := $(VARIANT)-san
+endif
+BUILD = build/$(VARIANT)
+
+# ---- sources --------------------------------------------------------------------------
+CORE_SRC = gpt2.c utils.c data/dataloader.c data/tokenizer.c
+BPE_SRC = data/bpe.c
+ifeq ($(BACKEND),cuda)
+CFLAGS += -DBACKEND_CUDA
+BACKEND_SRC = $(wildcard layers/*.cu) attention/$(ATTENTION).cu
+LINK = $(NVCC) -arch=$(CUDA_ARCH)
+LDLIBS = -lm -lgomp -lcublas -lcublasLt
+else
+BACKEND_SRC = $(wildcard layers/*.c) attention/$(ATTENTION).c
+LINK = $(CC) $(LDFLAGS) -fopenmp
+endif
+
+obj = $(patsubst %,$(BUILD)/%.o,$(1))
+CORE_OBJ = $(call obj,$(CORE_SRC) $(BACKEND_SRC))
+
+# ---- programs ---------------------------------------------------------------------------
+.PHONY: all test test-build data train compare clean gpu-check
+all: train_gpt2 infer_gpt2
+
+train_gpt2: $(BUILD)/train_gpt2
+	cp $< $@
+infer_gpt2: $(BUILD)/infer_gpt2
+	cp $< $@
+
+$(BUILD)/train_gpt2: $(call obj,train_gpt2.c) $(CORE_OBJ)
+	$(LINK) $^ -o $@ $(LDLIBS)
+$(BUILD)/infer_gpt2: $(call obj,infer_gpt2.c $(BPE_SRC)) $(CORE_OBJ)
+	$(LINK) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS)
+
+$(BUILD)/%.c.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+-include data/data.mk
+
+# ---- tests --------------------------------------------------------------------------------
+# Each tests/test_*.c is one program (see tests/test.h). test_attention links both attention
+# backends at once: each is compiled a second time with its symbols renamed by prefix.
+TESTS = $(basename $(notdir $(wildcard tests/test_*.c)))
+TEST_BINS = $(addprefix $(BUILD)/tests/,$(TESTS))
+ATTN_SYMS = attention_name attention_saved_size attention_scratch_size attention_forward attention_backward
+rename = $(foreach s,$(ATTN_SYMS),-D$(s)=$(1)_$(s))
+$(BUILD)/attention/%.renamed.o: attention/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(call rename,$*) -c $< -o $@
+
+$(BUILD)/tests/test_attention: $(call obj,tests/test_attention.c) $(BUILD)/attention/naive.renamed.o $(BUILD)/attention/flash.renamed.o $(CORE_OBJ)
+	$(LINK) $^ -o $@ $(LDLIBS)
+$(BUILD)/tests/test_tokenizer: $(call obj,tests/test_tokenizer.c $(BPE_SRC)) $(CORE_OBJ)
+	$(LINK) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS)
+$(BUILD)/tests/%: $(call obj,tests/%.c) $(CORE_OBJ)
+	$(LINK) $^ -o $@ $(LDLIBS)
+
+test-build: $(TEST_BINS) $(BUILD)/train_gpt2 $(BUILD)/infer_gpt2
+test: test-build
+	BUILD=$(BUILD) bash tests/run_tests.sh $(TEST_BINS)
+
+clean:
+	rm -rf build train_gpt2 infer_gpt2
+
+-include $(shell find build -name '*.d' 2>/dev/null)

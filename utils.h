@@ -1,0 +1,40 @@
+// utils.h: small host-side helpers shared by every program: fatal errors, checked file I/O,
+// atomic file writes. Every failure ends the program with a message naming the file.
+#ifndef UTILS_H
+#define UTILS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stddef.h>
+
+// print "error: <message>\n" to stderr and exit(1)
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+// fopen that dies with "cannot open <path> for <reading|writing>: <strerror>"
+FILE *fopen_or_die(const char *path, const char *mode);
+// fread exactly n items or die with "<path>: truncated file (...)"
+void fread_or_die(void *dst, size_t size, size_t n, FILE *f, const char *path);
+void fwrite_or_die(const void *src, size_t size, size_t n, FILE *f, const char *path);
+long file_size_or_die(FILE *f, const char *path);
+int file_exists(const char *path);
+
+// Atomic writes: data goes to "<path>.tmp.<pid>", which is flushed, fsync'ed and renamed over
+// <path> only when complete, so a crash or kill mid-write leaves any earlier <path> intact.
+typedef struct {
+    FILE *f;
+    char path[4096];      // final path
+    char tmp_path[4160];  // where the bytes go until atomic_commit
+} AtomicFile;
+void atomic_open(AtomicFile *af, const char *path);   // dies when the folder is not writable
+void atomic_write(AtomicFile *af, const void *src, size_t bytes);
+void atomic_commit(AtomicFile *af);                   // fsync + rename; dies on failure
+void atomic_abort(AtomicFile *af);                    // close and remove the temporary file
+
+// parse helpers for command-line values: die naming the flag when the text is not a number
+long parse_long(const char *flag, const char *text, long lo, long hi);
+double parse_double(const char *flag, const char *text, double lo, double hi);
+
+double wall_seconds(void);               // monotonic clock
+void format_bytes(char *buf, size_t n, double bytes);   // "123.4 MiB"
+
+#endif
