@@ -75,6 +75,8 @@ $(BUILD)/%.cu.o: %.cu
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 -include data/data.mk
+# GPU tests and benchmarks (tests/gpu/*.mk, bench/*.mk) add their own rules
+-include $(wildcard tests/gpu/*.mk bench/*.mk)
 
 # ---- tests --------------------------------------------------------------------------------
 # Each tests/test_*.c is one program (see tests/test.h). test_attention links both attention
