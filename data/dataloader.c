@@ -1,0 +1,156 @@
+// dataloader.c: see dataloader.h.
+#include "dataloader.h"
+
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../utils.h"
+
+// splitmix64: a tiny, good, seedable generator for the shuffles
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+// Fisher-Yates permutation of 0..n-1 drawn from (seed, epoch, salt)
+static void permutation(long *out, long n, uint64_t seed, long epoch, long salt, int shuffle) {
+    for (long i = 0; i < n; i++) out[i] = i;
+    if (!shuffle) return;
+    uint64_t state = seed ^ (0x9E3779B97F4A7C15ULL * (uint64_t)(epoch + 1)) ^ ((uint64_t)salt << 32);
+    for (long i = n - 1; i > 0; i--) {
+        long j = (long)(splitmix64(&state) % (uint64_t)(i + 1));
+        long tmp = out[i]; out[i] = out[j]; out[j] = tmp;
+    }
+}
+
+// reads and checks the header of a token file; returns its number of tokens
+static size_t read_token_header(FILE *f, const char *path) {
+    int header[TOKEN_FILE_HEADER_INTS];
+    long size = file_size_or_die(f, path);
+    if (size < (long)sizeof(header))
+        die("%s: not a token file: %ld bytes, shorter than the %zu-byte header", path, size, sizeof(header));
+    fread_or_die(header, sizeof(int), TOKEN_FILE_HEADER_INTS, f, path);
+    if (header[0] != TOKEN_FILE_MAGIC)
+        die("%s: not a token file: bad magic %d (expected %d)", path, header[0], TOKEN_FILE_MAGIC);
+    if (header[1] != TOKEN_FILE_VERSION)
+        die("%s: unsupported token file version %d (expected %d)", path, header[1], TOKEN_FILE_VERSION);
+    if (header[2] < 0) die("%s: corrupt header: negative token count %d", path, header[2]);
+    size_t ntok = (size_t)header[2];
+    size_t expected = sizeof(header) + ntok * sizeof(uint16_t);
+    if ((size_t)size != expected)
+        die("%s: header says %zu tokens (%zu bytes) but the file has %ld bytes%s", path, ntok,
+            expected, size, (size_t)size < expected ? " (truncated)" : "");
+    return ntok;
+}
+
+void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuffle, uint64_t seed) {
+    memset(dl, 0, sizeof(*dl));
+    dl->B = B;
+    dl->T = T;
+    dl->shuffle = shuffle;
+    dl->seed = seed;
+    dl->open_shard = -1;
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc == GLOB_NOMATCH) die("no token file matches '%s'", pattern);
+    if (rc != 0) die("cannot expand '%s'", pattern);
+    dl->num_shards = (int)g.gl_pathc;
+    dl->paths = malloc(g.gl_pathc * sizeof(char *));
+    dl->shard_tokens = malloc(g.gl_pathc * sizeof(size_t));
+    size_t need = (size_t)B * T + 1;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        dl->paths[i] = strdup(g.gl_pathv[i]);
+        FILE *f = fopen_or_die(dl->paths[i], "rb");
+        dl->shard_tokens[i] = read_token_header(f, dl->paths[i]);
+        fclose(f);
+        if (dl->shard_tokens[i] < need)
+            die("%s: %zu tokens, fewer than one batch needs (B*T+1 = %d*%d+1 = %zu); use a smaller -b or -t",
+                dl->paths[i], dl->shard_tokens[i], B, T, need);
+        dl->total_tokens += dl->shard_tokens[i];
+    }
+    globfree(&g);
+    dl->buffer = malloc(need * sizeof(uint16_t));
+    dl->inputs = malloc((size_t)B * T * sizeof(int));
+    dl->targets = malloc((size_t)B * T * sizeof(int));
+    if (!dl->paths || !dl->shard_tokens || !dl->buffer || !dl->inputs || !dl->targets)
+        die("out of host memory for the data loader");
+    dataloader_reset(dl);
+}
+
+// the shard at position dl->pos.shard of this epoch's shard order
+static int current_shard(const DataLoader *dl) {
+    long *order = malloc(dl->num_shards * sizeof(long));
+    if (!order) die("out of host memory for the data loader");
+    permutation(order, dl->num_shards, dl->seed, dl->pos.epoch, -1, dl->shuffle);
+    int shard = (int)order[dl->pos.shard];
+    free(order);
+    return shard;
+}
+
+// opens the shard of the current position and draws its batch order
+static void open_current_shard(DataLoader *dl) {
+    int shard = current_shard(dl);
+    if (dl->file) fclose(dl->file);
+    dl->file = fopen_or_die(dl->paths[shard], "rb");
+    read_token_header(dl->file, dl->paths[shard]);
+    dl->open_shard = shard;
+    size_t per_batch = (size_t)dl->B * dl->T;
+    dl->num_batches = (long)((dl->shard_tokens[shard] - 1) / per_batch);
+    free(dl->batch_order);
+    dl->batch_order = malloc(dl->num_batches * sizeof(long));
+    if (!dl->batch_order) die("out of host memory for the data loader");
+    permutation(dl->batch_order, dl->num_batches, dl->seed, dl->pos.epoch, shard, dl->shuffle);
+}
+
+void dataloader_seek(DataLoader *dl, DataPosition pos) {
+    if (pos.epoch < 0 || pos.shard < 0 || pos.shard >= dl->num_shards || pos.batch < 0)
+        die("data position (epoch %ld, shard %ld, batch %ld) does not fit these %d token files",
+            pos.epoch, pos.shard, pos.batch, dl->num_shards);
+    dl->pos = pos;
+    open_current_shard(dl);
+    if (pos.batch > dl->num_batches)
+        die("data position (batch %ld) is past the end of %s (%ld batches)", pos.batch,
+            dl->paths[dl->open_shard], dl->num_batches);
+}
+
+void dataloader_reset(DataLoader *dl) {
+    DataPosition start = {0, 0, 0};
+    dataloader_seek(dl, start);
+}
+
+void dataloader_next_batch(DataLoader *dl) {
+    if (dl->pos.batch >= dl->num_batches) {   // shard used up: next shard, or next epoch
+        dl->pos.batch = 0;
+        if (++dl->pos.shard >= dl->num_shards) {
+            dl->pos.shard = 0;
+            dl->pos.epoch++;
+        }
+        open_current_shard(dl);
+    }
+    size_t n = (size_t)dl->B * dl->T;
+    long offset = TOKEN_FILE_HEADER_INTS * sizeof(int) +
+                  dl->batch_order[dl->pos.batch] * (long)(n * sizeof(uint16_t));
+    const char *path = dl->paths[dl->open_shard];
+    if (fseek(dl->file, offset, SEEK_SET) != 0) die("%s: cannot seek to byte %ld", path, offset);
+    fread_or_die(dl->buffer, sizeof(uint16_t), n + 1, dl->file, path);
+    for (size_t i = 0; i < n; i++) {
+        dl->inputs[i] = dl->buffer[i];
+        dl->targets[i] = dl->buffer[i + 1];
+    }
+    dl->pos.batch++;
+}
+
+void dataloader_free(DataLoader *dl) {
+    if (dl->file) fclose(dl->file);
+    for (int i = 0; i < dl->num_shards; i++) free(dl->paths[i]);
+    free(dl->paths);
+    free(dl->shard_tokens);
+    free(dl->batch_order);
+    free(dl->buffer);
+    free(dl->inputs);
+    free(dl->targets);
+    memset(dl, 0, sizeof(*dl));
+}

@@ -1,0 +1,59 @@
+// dataloader.h: batches of (inputs, targets) from llm.c token files.
+//
+// Token file: a header of 256 int32 (magic 20240520, version 1, number of tokens), then that
+// many uint16 tokens. A glob pattern may name several files (shards), read in order, or in
+// an order shuffled per epoch.
+//
+// A batch is B*T+1 consecutive tokens of one shard: inputs are the first B*T, targets the
+// last B*T (inputs shifted by one). Batches start at multiples of B*T inside a shard; the
+// tail of a shard that is shorter than a batch is skipped. With shuffling, the order of the
+// shards and of the batches inside each shard is a permutation drawn from (seed, epoch), so
+// the whole position is three integers and a resumed run continues exactly.
+#ifndef DATALOADER_H
+#define DATALOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define TOKEN_FILE_MAGIC 20240520
+#define TOKEN_FILE_VERSION 1
+#define TOKEN_FILE_HEADER_INTS 256
+
+typedef struct {
+    long epoch;        // completed passes over all shards
+    long shard;        // index into this epoch's shard order
+    long batch;        // index into this shard's batch order
+} DataPosition;
+
+typedef struct {
+    int B, T;
+    int shuffle;
+    uint64_t seed;
+    char **paths;             // shard file names, sorted (from the glob)
+    size_t *shard_tokens;     // number of tokens in each shard
+    int num_shards;
+    size_t total_tokens;
+    DataPosition pos;
+    // the shard that is open
+    FILE *file;
+    int open_shard;           // index into paths of the open file, -1 when none
+    long *batch_order;        // (batches in the open shard) permutation of batch indices
+    long num_batches;         // batches in the open shard
+    uint16_t *buffer;         // (B*T+1) tokens read from the file
+    int *inputs;              // (B*T) host
+    int *targets;             // (B*T) host
+} DataLoader;
+
+// Opens every file matching pattern and validates its header and size. Dies with a message
+// naming the file when one is missing, has a wrong magic or version, is truncated, or holds
+// fewer than B*T+1 tokens.
+void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuffle, uint64_t seed);
+// Fills dl->inputs and dl->targets with the next batch, moving to the next shard (and epoch)
+// when the current one is used up.
+void dataloader_next_batch(DataLoader *dl);
+void dataloader_reset(DataLoader *dl);                     // back to the first batch of epoch 0
+void dataloader_seek(DataLoader *dl, DataPosition pos);   // continue from a saved position
+void dataloader_free(DataLoader *dl);
+
+#endif
