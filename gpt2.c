@@ -1,0 +1,552 @@
+// gpt2.c: GPT-2 forward, backward and AdamW over one parameter arena and one activation
+// arena. Reads top to bottom: config, parameter table, activation table, initialisation,
+// checkpoints, forward, backward, update. Every layer call goes through layers/layers.h and
+// attention/attention.h, so this file is the same for every backend.
+#include "gpt2.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention/attention.h"
+
+// ----------------------------------------------------------------------------------------
+// config
+
+int gpt2_config_from_name(GPT2Config *config, const char *name, int max_seq_len) {
+    int depth = 0, consumed = 0;
+    if (sscanf(name, "d%d%n", &depth, &consumed) != 1 || name[consumed] != '\0' || depth < 1 ||
+        depth > 256)
+        return -1;
+    config->max_seq_len = max_seq_len;
+    config->vocab_size = GPT2_VOCAB_SIZE;
+    config->padded_vocab_size = GPT2_PADDED_VOCAB_SIZE;
+    config->num_layers = depth;
+    config->num_heads = depth;
+    config->channels = 64 * depth;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------
+// the parameter table: every parameter tensor and its size, in checkpoint order
+
+static const char *const param_names[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+// 2-D weight matrices get weight decay; biases and layernorm parameters do not
+static const int param_decays[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0,
+                                                        0, 0, 1, 0, 1, 0, 0, 0};
+
+static void parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], GPT2Config c) {
+    size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
+    sizes[0] = Vp * C;            // wte
+    sizes[1] = maxT * C;          // wpe
+    sizes[2] = L * C;             // ln1w
+    sizes[3] = L * C;             // ln1b
+    sizes[4] = L * (3 * C) * C;   // qkvw
+    sizes[5] = L * (3 * C);       // qkvb
+    sizes[6] = L * C * C;         // attprojw
+    sizes[7] = L * C;             // attprojb
+    sizes[8] = L * C;             // ln2w
+    sizes[9] = L * C;             // ln2b
+    sizes[10] = L * (4 * C) * C;  // fcw
+    sizes[11] = L * (4 * C);      // fcb
+    sizes[12] = L * C * (4 * C);  // fcprojw
+    sizes[13] = L * C;            // fcprojb
+    sizes[14] = C;                // lnfw
+    sizes[15] = C;                // lnfb
+}
+
+// points the 16 tensors of *t into the arena memory, in table order
+static void point_parameters(ParameterTensors *t, floatX *memory,
+                             const size_t sizes[NUM_PARAMETER_TENSORS]) {
+    floatX **ptrs[NUM_PARAMETER_TENSORS] = {
+        &t->wte, &t->wpe, &t->ln1w, &t->ln1b, &t->qkvw, &t->qkvb, &t->attprojw, &t->attprojb,
+        &t->ln2w, &t->ln2b, &t->fcw, &t->fcb, &t->fcprojw, &t->fcprojb, &t->lnfw, &t->lnfb};
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        *ptrs[i] = memory;
+        memory += sizes[i];
+    }
+}
+
+static void validate_config(GPT2Config c, const char *source) {
+    if (c.num_layers < 1 || c.num_heads < 1 || c.channels < 1 || c.max_seq_len < 1 ||
+        c.vocab_size < 1 || c.padded_vocab_size < c.vocab_size || c.num_layers > 1024 ||
+        c.channels > 65536 || c.max_seq_len > (1 << 24) || c.padded_vocab_size > (1 << 24) ||
+        c.channels % c.num_heads != 0)
+        die("%s: invalid model config (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d)", source,
+            c.num_layers, c.num_heads, c.channels, c.max_seq_len, c.vocab_size,
+            c.padded_vocab_size);
+}
+
+// allocates the parameter and gradient arenas (and master weights where floatX is not fp32)
+static void allocate_parameters(GPT2 *model, GPT2Config config) {
+    memset(model, 0, sizeof(*model));
+    model->config = config;
+    parameter_sizes(model->param_sizes, config);
+    model->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) model->num_parameters += model->param_sizes[i];
+    size_t n = model->num_parameters;
+    model->params_memory = dev_malloc(n * sizeof(floatX), "parameters");
+    model->grads_memory = dev_malloc(n * sizeof(floatX), "gradients");
+    dev_memset_zero(model->grads_memory, n * sizeof(floatX));
+    point_parameters(&model->params, model->params_memory, model->param_sizes);
+    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    if (sizeof(floatX) != sizeof(float))
+        model->master_weights = dev_malloc(n * sizeof(float), "fp32 master weights");
+}
+
+// puts fp32 host parameters (num_parameters) on the device: params, and master weights
+static void upload_parameters(GPT2 *model, const float *host) {
+    floatX_upload(model->params_memory, host, model->num_parameters);
+    if (model->master_weights)
+        dev_upload(model->master_weights, host, model->num_parameters * sizeof(float));
+}
+
+// ----------------------------------------------------------------------------------------
+// initialisation
+
+static uint64_t rng_next(uint64_t *state) {   // splitmix64
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static void fill_normal(float *out, size_t n, float std, uint64_t *state) {   // Box-Muller
+    for (size_t i = 0; i < n; i += 2) {
+        double u1 = ((rng_next(state) >> 11) + 1.0) / 9007199254740993.0;   // (0, 1]
+        double u2 = (rng_next(state) >> 11) / 9007199254740992.0;          // [0, 1)
+        double r = sqrt(-2.0 * log(u1));
+        out[i] = (float)(std * r * cos(2.0 * M_PI * u2));
+        if (i + 1 < n) out[i + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
+    }
+}
+
+void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed) {
+    validate_config(config, "init");
+    allocate_parameters(model, config);
+    float *host = malloc(model->num_parameters * sizeof(float));
+    if (!host) die("out of host memory initialising %zu parameters", model->num_parameters);
+    uint64_t state = seed;
+    const float std = 0.02f;
+    const float residual_std = 0.02f / sqrtf(2.0f * config.num_layers);
+    float *p = host;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = model->param_sizes[i];
+        const char *name = param_names[i];
+        if (strcmp(name, "ln1w") == 0 || strcmp(name, "ln2w") == 0 || strcmp(name, "lnfw") == 0) {
+            for (size_t j = 0; j < n; j++) p[j] = 1.0f;
+        } else if (!param_decays[i]) {   // biases and layernorm biases
+            memset(p, 0, n * sizeof(float));
+        } else if (strcmp(name, "wte") == 0) {   // real vocabulary rows random, padding zero
+            size_t real = (size_t)config.vocab_size * config.channels;
+            fill_normal(p, real, std, &state);
+            memset(p + real, 0, (n - real) * sizeof(float));
+        } else {
+            int residual = strcmp(name, "attprojw") == 0 || strcmp(name, "fcprojw") == 0;
+            fill_normal(p, n, residual ? residual_std : std, &state);
+        }
+        p += n;
+    }
+    upload_parameters(model, host);
+    free(host);
+}
+
+// ----------------------------------------------------------------------------------------
+// checkpoints: llm.c's model file. Header of 256 int32: magic 20240326, version (3: fp32
+// parameters, 5: bf16), maxT, V, L, NH, C, Vp; then the parameters in table order.
+
+static float bf16_bits_to_float(uint16_t bits) {
+    uint32_t u = (uint32_t)bits << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+void gpt2_load_checkpoint(GPT2 *model, const char *path) {
+    FILE *f = fopen_or_die(path, "rb");
+    long file_size = file_size_or_die(f, path);
+    int header[256];
+    if (file_size < (long)sizeof(header))
+        die("%s: not a model checkpoint: %ld bytes, shorter than the 1024-byte header", path, file_size);
+    fread_or_die(header, sizeof(int), 256, f, path);
+    if (header[0] != CHECKPOINT_MAGIC)
+        die("%s: not a model checkpoint: bad magic %d (expected %d)", path, header[0], CHECKPOINT_MAGIC);
+    int version = header[1];
+    if (version != CHECKPOINT_VERSION_FP32 && version != CHECKPOINT_VERSION_BF16)
+        die("%s: unsupported checkpoint version %d (this program reads 3 (fp32) and 5 (bf16))",
+            path, version);
+    GPT2Config c = {.max_seq_len = header[2], .vocab_size = header[3], .num_layers = header[4],
+                    .num_heads = header[5], .channels = header[6], .padded_vocab_size = header[7]};
+    validate_config(c, path);
+    allocate_parameters(model, c);
+    size_t n = model->num_parameters;
+    size_t elem = version == CHECKPOINT_VERSION_FP32 ? sizeof(float) : sizeof(uint16_t);
+    long expected = (long)(sizeof(header) + n * elem);
+    if (file_size != expected)
+        die("%s: %s by %ld bytes: the header's config needs %zu parameters (%ld bytes in all)",
+            path, file_size < expected ? "truncated" : "too long",
+            labs(expected - file_size), n, expected);
+    float *host = malloc(n * sizeof(float));
+    if (!host) die("out of host memory loading %s", path);
+    if (version == CHECKPOINT_VERSION_FP32) {
+        fread_or_die(host, sizeof(float), n, f, path);
+    } else {   // bf16 -> fp32 in place, from the back so nothing is overwritten before use
+        uint16_t *bits = (uint16_t *)host;
+        fread_or_die(bits, sizeof(uint16_t), n, f, path);
+        for (size_t i = n; i-- > 0;) host[i] = bf16_bits_to_float(bits[i]);
+    }
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(host[i])) die("%s: parameter %zu is not a finite number", path, i);
+    upload_parameters(model, host);
+    free(host);
+}
+
+void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
+    const GPT2Config *c = &model->config;
+    int header[256] = {0};
+    int fp32 = sizeof(floatX) == sizeof(float);
+    header[0] = CHECKPOINT_MAGIC;
+    header[1] = fp32 ? CHECKPOINT_VERSION_FP32 : CHECKPOINT_VERSION_BF16;
+    header[2] = c->max_seq_len;
+    header[3] = c->vocab_size;
+    header[4] = c->num_layers;
+    header[5] = c->num_heads;
+    header[6] = c->channels;
+    header[7] = c->padded_vocab_size;
+    size_t bytes = model->num_parameters * sizeof(floatX);   // floatX is fp32 or bf16 bits
+    void *host = malloc(bytes);
+    if (!host) die("out of host memory saving %s", path);
+    dev_download(host, model->params_memory, bytes);
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, header, sizeof(header));
+    atomic_write(&af, host, bytes);
+    atomic_commit(&af);
+    free(host);
+}
+
+// ----------------------------------------------------------------------------------------
+// the activation table: every tensor of one forward pass and its size in bytes
+
+static const char *const activation_names[NUM_ACTIVATION_TENSORS] = {
+    "encoded", "ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "att_saved", "residual2",
+    "ln2", "ln2_mean", "ln2_rstd", "fch", "fch_gelu", "residual3", "lnf", "lnf_mean",
+    "lnf_rstd", "logits", "losses", "inputs", "targets", "scratch_c", "scratch_3c",
+    "scratch_4c", "dresidual", "att_scratch"};
+
+static void activation_sizes(size_t bytes[NUM_ACTIVATION_TENSORS], GPT2Config c, int B, int T) {
+    size_t N = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
+    size_t X = sizeof(floatX), F = sizeof(float);
+    int NH = c.num_heads, HS = c.channels / c.num_heads;
+    bytes[0] = N * C * X;                                    // encoded
+    bytes[1] = L * N * C * X;                                // ln1
+    bytes[2] = L * N * F;                                    // ln1_mean
+    bytes[3] = L * N * F;                                    // ln1_rstd
+    bytes[4] = L * N * 3 * C * X;                            // qkv
+    bytes[5] = L * N * C * X;                                // atty
+    bytes[6] = L * attention_saved_size(B, T, NH, HS);       // att_saved
+    bytes[7] = L * N * C * X;                                // residual2
+    bytes[8] = L * N * C * X;                                // ln2
+    bytes[9] = L * N * F;                                    // ln2_mean
+    bytes[10] = L * N * F;                                   // ln2_rstd
+    bytes[11] = L * N * 4 * C * X;                           // fch
+    bytes[12] = L * N * 4 * C * X;                           // fch_gelu
+    bytes[13] = L * N * C * X;                               // residual3
+    bytes[14] = N * C * X;                                   // lnf
+    bytes[15] = N * F;                                       // lnf_mean
+    bytes[16] = N * F;                                       // lnf_rstd
+    bytes[17] = N * Vp * X;                                  // logits
+    bytes[18] = N * F;                                       // losses
+    bytes[19] = N * sizeof(int);                             // inputs
+    bytes[20] = N * sizeof(int);                             // targets
+    bytes[21] = N * C * X;                                   // scratch_c
+    bytes[22] = N * 3 * C * X;                               // scratch_3c
+    bytes[23] = N * 4 * C * X;                               // scratch_4c
+    bytes[24] = N * C * X;                                   // dresidual
+    bytes[25] = attention_scratch_size(B, T, NH, HS);        // att_scratch
+}
+
+#define ARENA_ALIGN 256   // every tensor starts on a 256-byte boundary (vector loads, cuBLAS)
+static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
+// makes sure the activation arena holds a forward pass of (B, T); grows it when needed
+static void ensure_activations(GPT2 *model, int B, int T) {
+    if (T > model->config.max_seq_len)
+        die("sequence length %d is longer than the model's max_seq_len %d", T,
+            model->config.max_seq_len);
+    if (model->acts_memory && B <= model->act_B && T <= model->act_T) return;
+    if (model->acts_memory) dev_free(model->acts_memory);
+    free(model->host_losses);
+    model->act_B = B > model->act_B ? B : model->act_B;
+    model->act_T = T > model->act_T ? T : model->act_T;
+    activation_sizes(model->act_bytes, model->config, model->act_B, model->act_T);
+    size_t total = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) total += align_up(model->act_bytes[i]);
+    model->acts_memory = dev_malloc(total, "activations");
+    ActivationTensors *a = &model->acts;
+    void **ptrs[NUM_ACTIVATION_TENSORS] = {
+        (void **)&a->encoded, (void **)&a->ln1, (void **)&a->ln1_mean, (void **)&a->ln1_rstd,
+        (void **)&a->qkv, (void **)&a->atty, &a->att_saved, (void **)&a->residual2,
+        (void **)&a->ln2, (void **)&a->ln2_mean, (void **)&a->ln2_rstd, (void **)&a->fch,
+        (void **)&a->fch_gelu, (void **)&a->residual3, (void **)&a->lnf, (void **)&a->lnf_mean,
+        (void **)&a->lnf_rstd, (void **)&a->logits, (void **)&a->losses, (void **)&a->inputs,
+        (void **)&a->targets, (void **)&a->scratch_c, (void **)&a->scratch_3c,
+        (void **)&a->scratch_4c, (void **)&a->dresidual, &a->att_scratch};
+    char *p = model->acts_memory;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        *ptrs[i] = p;
+        p += align_up(model->act_bytes[i]);
+    }
+    model->host_losses = malloc((size_t)model->act_B * model->act_T * sizeof(float));
+    if (!model->host_losses) die("out of host memory for the losses");
+}
+
+// ----------------------------------------------------------------------------------------
+// forward
+
+static void upload_tokens(int *dst, const int *src, size_t n, int V, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (src[i] < 0 || src[i] >= V)
+            die("%s token %zu is %d, outside the vocabulary [0, %d)", what, i, src[i], V);
+    dev_upload(dst, src, n * sizeof(int));
+}
+
+// the forward pass; with targets, the loss (and, when dloss != 0, dlogits in place of logits)
+static float forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss) {
+    ensure_activations(model, B, T);
+    model->last_B = B;
+    model->last_T = T;
+    GPT2Config c = model->config;
+    int L = c.num_layers, NH = c.num_heads, C = c.channels, V = c.vocab_size;
+    int Vp = c.padded_vocab_size, HS = C / NH, N = B * T;
+    ParameterTensors p = model->params;
+    ActivationTensors a = model->acts;
+    size_t saved_stride = attention_saved_size(B, T, NH, HS);
+    upload_tokens(a.inputs, inputs, N, V, "input");
+
+    encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        floatX *residual = l == 0 ? a.encoded : a.residual3 + (size_t)(l - 1) * N * C;
+        size_t nc = (size_t)l * N * C, n = (size_t)l * N;
+        floatX *ln1 = a.ln1 + nc, *qkv = a.qkv + 3 * nc, *atty = a.atty + nc;
+        floatX *residual2 = a.residual2 + nc, *ln2 = a.ln2 + nc, *residual3 = a.residual3 + nc;
+        floatX *fch = a.fch + 4 * nc, *fch_gelu = a.fch_gelu + 4 * nc;
+        void *saved = (char *)a.att_saved + l * saved_stride;
+        // attention block: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+        layernorm_forward(ln1, a.ln1_mean + n, a.ln1_rstd + n, residual, p.ln1w + l * C,
+                          p.ln1b + l * C, N, C);
+        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C);
+        attention_forward(atty, saved, a.att_scratch, qkv, B, T, NH, HS);
+        matmul_forward(a.scratch_c, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C);
+        residual_forward(residual2, residual, a.scratch_c, (size_t)N * C);
+        // MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+        layernorm_forward(ln2, a.ln2_mean + n, a.ln2_rstd + n, residual2, p.ln2w + l * C,
+                          p.ln2b + l * C, N, C);
+        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C);
+        gelu_forward(fch_gelu, fch, (size_t)N * 4 * C);
+        matmul_forward(a.scratch_c, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C,
+                       N, 4 * C, C);
+        residual_forward(residual3, residual2, a.scratch_c, (size_t)N * C);
+    }
+    floatX *last = a.residual3 + (size_t)(L - 1) * N * C;
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, N, C);
+    matmul_forward(a.logits, a.lnf, p.wte, NULL, N, C, Vp);   // tied LM head
+    if (!targets) return -1.0f;
+
+    upload_tokens(a.targets, targets, N, V, "target");
+    crossentropy_forward_backward(a.logits, a.losses, a.targets, N, V, Vp, dloss);
+    dev_download(model->host_losses, a.losses, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += model->host_losses[i];
+    return (float)(sum / N);
+}
+
+float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
+    return forward(model, inputs, targets, B, T, 0.0f);
+}
+
+// ----------------------------------------------------------------------------------------
+// backward: the forward pass in reverse. The residual stream's gradient lives in dresidual
+// (a residual add passes it through unchanged; each layernorm_backward adds its branch's
+// part); each block's other activation gradients go through the shared scratch buffers.
+
+static void backward(GPT2 *model) {
+    GPT2Config c = model->config;
+    int B = model->last_B, T = model->last_T, N = B * T;
+    int L = c.num_layers, NH = c.num_heads, C = c.channels, Vp = c.padded_vocab_size, HS = C / NH;
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors a = model->acts;
+    size_t saved_stride = attention_saved_size(B, T, NH, HS);
+
+    // a.logits holds dlogits (written by the forward's cross-entropy)
+    matmul_backward(a.scratch_c, g.wte, NULL, a.logits, a.lnf, p.wte, N, C, Vp);
+    dev_memset_zero(a.dresidual, (size_t)N * C * sizeof(floatX));
+    floatX *last = a.residual3 + (size_t)(L - 1) * N * C;
+    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.scratch_c, last, p.lnfw, a.lnf_mean,
+                       a.lnf_rstd, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        floatX *residual = l == 0 ? a.encoded : a.residual3 + (size_t)(l - 1) * N * C;
+        size_t nc = (size_t)l * N * C, n = (size_t)l * N;
+        floatX *ln1 = a.ln1 + nc, *qkv = a.qkv + 3 * nc, *atty = a.atty + nc;
+        floatX *residual2 = a.residual2 + nc, *ln2 = a.ln2 + nc;
+        floatX *fch = a.fch + 4 * nc, *fch_gelu = a.fch_gelu + 4 * nc;
+        const void *saved = (const char *)a.att_saved + l * saved_stride;
+        // MLP block
+        matmul_backward(a.scratch_4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C,
+                        a.dresidual, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, N, 4 * C, C);
+        gelu_backward(a.scratch_4c, fch, a.scratch_4c, (size_t)N * 4 * C);
+        matmul_backward(a.scratch_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.scratch_4c,
+                        ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C);
+        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.scratch_c, residual2,
+                           p.ln2w + l * C, a.ln2_mean + n, a.ln2_rstd + n, N, C);
+        // attention block
+        matmul_backward(a.scratch_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C,
+                        a.dresidual, atty, p.attprojw + (size_t)l * C * C, N, C, C);
+        attention_backward(a.scratch_3c, a.att_scratch, a.scratch_c, qkv, atty, saved, B, T, NH, HS);
+        matmul_backward(a.scratch_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C,
+                        a.scratch_3c, ln1, p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C);
+        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.scratch_c, residual,
+                           p.ln1w + l * C, a.ln1_mean + n, a.ln1_rstd + n, N, C);
+    }
+    encoder_backward(g.wte, g.wpe, a.dresidual, a.inputs, B, T, C);
+}
+
+float gpt2_forward_backward(GPT2 *model, const int *inputs, const int *targets, int B, int T,
+                            float loss_scale) {
+    float loss = forward(model, inputs, targets, B, T, loss_scale / (float)(B * T));
+    backward(model);
+    return loss;
+}
+
+void gpt2_zero_grad(GPT2 *model) {
+    dev_memset_zero(model->grads_memory, model->num_parameters * sizeof(floatX));
+}
+
+// ----------------------------------------------------------------------------------------
+// update
+
+float gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, float max_grad_norm, int step) {
+    size_t n = model->num_parameters;
+    if (!model->adam_m) {
+        model->adam_m = dev_malloc(n * sizeof(float), "AdamW first moments");
+        model->adam_v = dev_malloc(n * sizeof(float), "AdamW second moments");
+        dev_memset_zero(model->adam_m, n * sizeof(float));
+        dev_memset_zero(model->adam_v, n * sizeof(float));
+    }
+    if (!model->grad_sumsq) model->grad_sumsq = dev_malloc(sizeof(float), "gradient norm");
+    dev_memset_zero(model->grad_sumsq, sizeof(float));
+    grad_sumsq(model->grad_sumsq, model->grads_memory, n);
+    float norm = sqrtf(dev_read_float(model->grad_sumsq));
+    if (!isfinite(norm)) return norm;   // the caller reports it; parameters stay as they were
+    float grad_scale = (max_grad_norm > 0.0f && norm > max_grad_norm) ? max_grad_norm / norm : 1.0f;
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t size = model->param_sizes[i];
+        float *master = model->master_weights ? model->master_weights + offset : NULL;
+        adamw_update(model->params_memory + offset, master, model->grads_memory + offset,
+                     model->adam_m + offset, model->adam_v + offset, size, lr, beta1, beta2, eps,
+                     param_decays[i] ? weight_decay : 0.0f, grad_scale, step);
+        offset += size;
+    }
+    return norm;
+}
+
+void gpt2_logits_at(const GPT2 *model, int b, int t, float *out_host) {
+    size_t row = (size_t)b * model->last_T + t;
+    floatX_download(out_host, model->acts.logits + row * model->config.padded_vocab_size,
+                    model->config.vocab_size);
+}
+
+// ----------------------------------------------------------------------------------------
+// optimizer state for resuming: AdamW moments, then master weights where they exist
+
+static void write_device_floats(AtomicFile *af, const float *src, size_t n) {
+    float *host = malloc(n * sizeof(float));
+    if (!host) die("out of host memory writing %s", af->path);
+    dev_download(host, src, n * sizeof(float));
+    atomic_write(af, host, n * sizeof(float));
+    free(host);
+}
+
+static void read_device_floats(float *dst, size_t n, FILE *f, const char *path) {
+    float *host = malloc(n * sizeof(float));
+    if (!host) die("out of host memory reading %s", path);
+    fread_or_die(host, sizeof(float), n, f, path);
+    dev_upload(dst, host, n * sizeof(float));
+    free(host);
+}
+
+void gpt2_write_optimizer_state(const GPT2 *model, AtomicFile *af) {
+    size_t n = model->num_parameters;
+    if (!model->adam_m) die("internal error: optimizer state written before the first update");
+    write_device_floats(af, model->adam_m, n);
+    write_device_floats(af, model->adam_v, n);
+    if (model->master_weights) write_device_floats(af, model->master_weights, n);
+}
+
+void gpt2_read_optimizer_state(GPT2 *model, FILE *f, const char *path) {
+    size_t n = model->num_parameters;
+    if (!model->adam_m) {
+        model->adam_m = dev_malloc(n * sizeof(float), "AdamW first moments");
+        model->adam_v = dev_malloc(n * sizeof(float), "AdamW second moments");
+    }
+    read_device_floats(model->adam_m, n, f, path);
+    read_device_floats(model->adam_v, n, f, path);
+    if (model->master_weights) {
+        read_device_floats(model->master_weights, n, f, path);
+        floatX_from_float(model->params_memory, model->master_weights, n);
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// reports
+
+void gpt2_print_config(const GPT2 *model) {
+    const GPT2Config *c = &model->config;
+    printf("| model             | L=%d NH=%d C=%d maxT=%d V=%d Vp=%d |\n", c->num_layers,
+           c->num_heads, c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+    printf("| parameters        | %zu (%.1fM)                         |\n", model->num_parameters,
+           model->num_parameters / 1e6);
+}
+
+void gpt2_print_memory(const GPT2 *model) {
+    char buf[32];
+    size_t n = model->num_parameters;
+    printf("memory (%s, floatX=%s):\n", backend_name(), FLOATX_NAME);
+    printf("  %-12s %14s %12s\n", "tensor", "elements", "bytes");
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        format_bytes(buf, sizeof(buf), (double)model->param_sizes[i] * sizeof(floatX));
+        printf("  %-12s %14zu %12s\n", param_names[i], model->param_sizes[i], buf);
+    }
+    double state = 2.0 * n * sizeof(floatX) + (model->master_weights ? n * 4.0 : 0.0) +
+                   (model->adam_m ? 2.0 * n * 4.0 : 0.0);
+    format_bytes(buf, sizeof(buf), state);
+    printf("  parameters + gradients%s%s: %s\n", model->master_weights ? " + fp32 master" : "",
+           model->adam_m ? " + AdamW moments" : "", buf);
+    if (!model->acts_memory) return;
+    printf("  activations at B=%d T=%d (attention: %s):\n", model->act_B, model->act_T, attention_name);
+    double total = 0.0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        format_bytes(buf, sizeof(buf), (double)model->act_bytes[i]);
+        printf("  %-12s %27s\n", activation_names[i], buf);
+        total += align_up(model->act_bytes[i]);
+    }
+    format_bytes(buf, sizeof(buf), total);
+    printf("  activations total: %s\n", buf);
+}
+
+void gpt2_free(GPT2 *model) {
+    dev_free(model->params_memory);
+    dev_free(model->grads_memory);
+    if (model->master_weights) dev_free(model->master_weights);
+    if (model->adam_m) dev_free(model->adam_m);
+    if (model->adam_v) dev_free(model->adam_v);
+    if (model->grad_sumsq) dev_free(model->grad_sumsq);
+    if (model->acts_memory) dev_free(model->acts_memory);
+    free(model->host_losses);
+    memset(model, 0, sizeof(*model));
+}

@@ -1,0 +1,223 @@
+// test_model.c: the whole model on the CPU, on a tiny config: gradients against finite
+// differences, gradient accumulation, determinism of init, overfitting one batch, and
+// checkpoint round trips (v3 fp32 written and read, v5 bf16 read).
+#include <string.h>
+#include <unistd.h>
+
+#include "../gpt2.h"
+#include "test.h"
+
+// tiny but complete: 2 layers, 2 heads, C=16, vocabulary 61 padded to 64, maxT 12
+static GPT2Config tiny_config(void) {
+    GPT2Config c = {.max_seq_len = 12, .vocab_size = 61, .padded_vocab_size = 64,
+                    .num_layers = 2, .num_heads = 2, .channels = 16};
+    return c;
+}
+
+static void random_tokens(int *out, int n, int V, unsigned long long *rng) {
+    for (int i = 0; i < n; i++) out[i] = (int)((test_randf(rng) * 0.5f + 0.5f) * V) % V;
+}
+
+// Directional derivative check: for a direction d inside one parameter tensor (or across all
+// of them), (L(p + eps d) - L(p - eps d)) / 2 eps against g . d, in fp32 with eps = 1e-3.
+// Two directions per tensor: random entries in [-1, 1], and the gradient itself scaled to a
+// largest entry of 1 (a large g . d, so that a wrong scale or sign stands out).
+// Tolerance: 1e-2 relative plus an absolute 3e-4, the rounding of an fp32 loss near 4
+// (about 5e-7) over 2 eps.
+static void check_gradients(GPT2 *m, const int *in, const int *tg, int B, int T,
+                            unsigned long long *rng) {
+    size_t n = m->num_parameters;
+    float *p0 = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+    float *d = calloc(n, sizeof(float)), *p = malloc(n * sizeof(float));
+    floatX_download(p0, m->params_memory, n);
+    gpt2_zero_grad(m);
+    gpt2_forward_backward(m, in, tg, B, T, 1.0f);
+    floatX_download(g, m->grads_memory, n);
+    size_t offset = 0;
+    const char *names[] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+                           "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    for (int t = 0; t <= NUM_PARAMETER_TENSORS; t++) {   // each tensor, then all at once
+        size_t lo = t < NUM_PARAMETER_TENSORS ? offset : 0;
+        size_t hi = t < NUM_PARAMETER_TENSORS ? offset + m->param_sizes[t] : n;
+        float gmax = 0.0f;
+        for (size_t i = lo; i < hi; i++) gmax = fmaxf(gmax, fabsf(g[i]));
+        for (int aligned = 0; aligned <= 1; aligned++) {
+            memset(d, 0, n * sizeof(float));
+            double gd = 0.0;
+            for (size_t i = lo; i < hi; i++) {
+                d[i] = aligned ? (gmax > 0.0f ? g[i] / gmax : 0.0f) : test_randf(rng);
+                gd += (double)g[i] * d[i];
+            }
+            const float eps = 1e-3f;
+            for (size_t i = 0; i < n; i++) p[i] = p0[i] + eps * d[i];
+            floatX_upload(m->params_memory, p, n);
+            double lp = gpt2_forward(m, in, tg, B, T);
+            for (size_t i = 0; i < n; i++) p[i] = p0[i] - eps * d[i];
+            floatX_upload(m->params_memory, p, n);
+            double lm = gpt2_forward(m, in, tg, B, T);
+            double fd = (lp - lm) / (2.0 * eps);
+            const char *name = t < NUM_PARAMETER_TENSORS ? names[t] : "all parameters";
+            CHECK(fabs(fd - gd) <= 1e-2 * fabs(gd) + 3e-4,
+                  "gradient of %s along a %s direction: finite difference %.6e, backward %.6e",
+                  name, aligned ? "gradient" : "random", fd, gd);
+        }
+        if (t < NUM_PARAMETER_TENSORS) offset += m->param_sizes[t];
+    }
+    floatX_upload(m->params_memory, p0, n);
+    free(p0); free(g); free(d); free(p);
+}
+
+static void test_gradients(unsigned long long *rng) {
+    GPT2 m;
+    gpt2_init_random(&m, tiny_config(), 7);
+    // larger random layernorm and bias parameters so that every path carries gradient
+    size_t n = m.num_parameters;
+    float *p = malloc(n * sizeof(float));
+    floatX_download(p, m.params_memory, n);
+    for (size_t i = 0; i < n; i++) p[i] += 0.1f * test_randf(rng);
+    floatX_upload(m.params_memory, p, n);
+    free(p);
+    int B = 2, T = 7;   // T not a multiple of anything
+    int in[14], tg[14];
+    random_tokens(in, B * T, 61, rng);
+    random_tokens(tg, B * T, 61, rng);
+    check_gradients(&m, in, tg, B, T, rng);
+    gpt2_free(&m);
+}
+
+// two micro-batches with loss_scale 1/2 give the gradient of the whole batch
+static void test_gradient_accumulation(unsigned long long *rng) {
+    GPT2 m;
+    gpt2_init_random(&m, tiny_config(), 11);
+    int B = 2, T = 9, in[18], tg[18];
+    random_tokens(in, B * T, 61, rng);
+    random_tokens(tg, B * T, 61, rng);
+    size_t n = m.num_parameters;
+    float *whole = malloc(n * sizeof(float)), *parts = malloc(n * sizeof(float));
+    gpt2_zero_grad(&m);
+    gpt2_forward_backward(&m, in, tg, B, T, 1.0f);
+    floatX_download(whole, m.grads_memory, n);
+    gpt2_zero_grad(&m);
+    gpt2_forward_backward(&m, in, tg, 1, T, 0.5f);
+    gpt2_forward_backward(&m, in + T, tg + T, 1, T, 0.5f);
+    floatX_download(parts, m.grads_memory, n);
+    CHECK_CLOSE(parts, whole, n, 1e-5, "accumulated gradients of two halves vs the whole batch");
+    free(whole); free(parts);
+    gpt2_free(&m);
+}
+
+static void test_init_deterministic(void) {
+    GPT2 a, b, c;
+    gpt2_init_random(&a, tiny_config(), 42);
+    gpt2_init_random(&b, tiny_config(), 42);
+    gpt2_init_random(&c, tiny_config(), 43);
+    size_t n = a.num_parameters;
+    CHECK(memcmp(a.params_memory, b.params_memory, n * sizeof(float)) == 0, "same seed, same init");
+    CHECK(memcmp(a.params_memory, c.params_memory, n * sizeof(float)) != 0, "other seed, other init");
+    // statistics of the init: std 0.02 for qkvw, 0.02/sqrt(2L) = 0.01 for attprojw
+    double s = 0.0, r = 0.0;
+    for (size_t i = 0; i < a.param_sizes[4]; i++) s += (double)a.params.qkvw[i] * a.params.qkvw[i];
+    for (size_t i = 0; i < a.param_sizes[6]; i++) r += (double)a.params.attprojw[i] * a.params.attprojw[i];
+    double std_qkv = sqrt(s / a.param_sizes[4]), std_proj = sqrt(r / a.param_sizes[6]);
+    CHECK(fabs(std_qkv - 0.02) < 0.002, "qkvw std %.4f, expected 0.02", std_qkv);
+    CHECK(fabs(std_proj - 0.01) < 0.0015, "attprojw std %.4f, expected 0.01", std_proj);
+    int padding_zero = 1;
+    for (size_t i = (size_t)61 * 16; i < (size_t)64 * 16; i++) padding_zero &= a.params.wte[i] == 0.0f;
+    CHECK(padding_zero, "padding rows of wte are zero");
+    CHECK(a.params.ln1w[0] == 1.0f && a.params.ln1b[0] == 0.0f, "layernorm init 1, 0");
+    gpt2_free(&a); gpt2_free(&b); gpt2_free(&c);
+}
+
+// AdamW on one fixed batch must drive the loss from ~ln(61) = 4.1 to below 0.05
+static void test_overfit_one_batch(unsigned long long *rng) {
+    GPT2 m;
+    gpt2_init_random(&m, tiny_config(), 3);
+    int B = 2, T = 12, in[24], tg[24];
+    random_tokens(in, B * T, 61, rng);
+    random_tokens(tg, B * T, 61, rng);
+    float first = 0.0f, loss = 0.0f;
+    for (int step = 1; step <= 300; step++) {
+        gpt2_zero_grad(&m);
+        loss = gpt2_forward_backward(&m, in, tg, B, T, 1.0f);
+        if (step == 1) first = loss;
+        gpt2_update(&m, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, step);
+    }
+    CHECK(first > 3.5f, "initial loss %.3f near ln(61) = 4.11", first);
+    CHECK(loss < 0.05f, "loss after 300 steps on one batch: %.4f, expected < 0.05", loss);
+    gpt2_free(&m);
+}
+
+static void test_checkpoint_round_trip(unsigned long long *rng) {
+    GPT2 a, b;
+    gpt2_init_random(&a, tiny_config(), 5);
+    char path[] = "/tmp/test_model_ckpt_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    gpt2_save_checkpoint(&a, path);
+    gpt2_load_checkpoint(&b, path);
+    CHECK(memcmp(&a.config, &b.config, sizeof(GPT2Config)) == 0, "config survives the round trip");
+    size_t n = a.num_parameters;
+    CHECK(b.num_parameters == n && memcmp(a.params_memory, b.params_memory, n * sizeof(float)) == 0,
+          "v3 checkpoint round trip is bit exact");
+    int in[10], tg[10];
+    random_tokens(in, 10, 61, rng);
+    random_tokens(tg, 10, 61, rng);
+    float la = gpt2_forward(&a, in, tg, 2, 5), lb = gpt2_forward(&b, in, tg, 2, 5);
+    CHECK(la == lb, "same loss after reload (%.6f vs %.6f)", la, lb);
+    gpt2_free(&b);
+
+    // a v5 (bf16) file: the same parameters rounded to bf16
+    FILE *f = fopen(path, "r+b");
+    int header[256];
+    fread_or_die(header, sizeof(int), 256, f, path);
+    fclose(f);
+    header[1] = CHECKPOINT_VERSION_BF16;
+    f = fopen(path, "wb");
+    fwrite(header, sizeof(int), 256, f);
+    float *rounded = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &a.params_memory[i], 4);
+        uint16_t bits = (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);   // round to nearest even
+        fwrite(&bits, 2, 1, f);
+        u = (uint32_t)bits << 16;
+        memcpy(&rounded[i], &u, 4);
+    }
+    fclose(f);
+    gpt2_load_checkpoint(&b, path);
+    CHECK(memcmp(b.params_memory, rounded, n * sizeof(float)) == 0, "v5 (bf16) checkpoint loads");
+    free(rounded);
+    gpt2_free(&b);
+    gpt2_free(&a);
+    remove(path);
+}
+
+static void test_config_names(void) {
+    GPT2Config c;
+    CHECK(gpt2_config_from_name(&c, "d12", 1024) == 0 && c.num_layers == 12 && c.num_heads == 12 &&
+          c.channels == 768 && c.max_seq_len == 1024 && c.padded_vocab_size == 50304,
+          "d12 is GPT-2 124M");
+    CHECK(gpt2_config_from_name(&c, "d48", 8192) == 0 && c.channels == 3072 && c.max_seq_len == 8192,
+          "d48 with max_seq_len 8192");
+    CHECK(gpt2_config_from_name(&c, "d12x", 1024) == -1, "d12x rejected");
+    CHECK(gpt2_config_from_name(&c, "model.bin", 1024) == -1, "a path is not a config name");
+    CHECK(gpt2_config_from_name(&c, "d0", 1024) == -1, "d0 rejected");
+    GPT2 m;
+    gpt2_config_from_name(&c, "d12", 1024);
+    gpt2_init_random(&m, c, 0);
+    CHECK(m.num_parameters == 124475904, "d12 has %zu parameters, llm.c's GPT-2 124M has 124475904",
+          m.num_parameters);
+    gpt2_free(&m);
+}
+
+int main(void) {
+    if (backend_init() != 0) return 1;
+    unsigned long long rng = test_seed();
+    test_config_names();
+    test_init_deterministic();
+    test_gradients(&rng);
+    test_gradient_accumulation(&rng);
+    test_overfit_one_batch(&rng);
+    test_checkpoint_round_trip(&rng);
+    return test_summary();
+}

@@ -1,0 +1,418 @@
+// train_gpt2.c: the training driver. Flags, data, the loop (LR schedule, gradient
+// accumulation, clipping, AdamW), validation, sampling, checkpoints and resume, progress.
+// The model itself is gpt2.c; this file never touches a device pointer.
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "attention/attention.h"
+#include "data/dataloader.h"
+#include "data/tokenizer.h"
+#include "gpt2.h"
+#include "utils.h"
+
+#define TRAIN_STATE_MAGIC 20241129
+#define TRAIN_STATE_VERSION 1
+
+typedef struct {
+    const char *train_pattern;   // -i
+    const char *val_pattern;     // -j
+    const char *init;            // -e  checkpoint path or dN
+    const char *out_dir;         // -o
+    const char *tokenizer_path;  // --tokenizer
+    int B;                       // -b
+    int T;                       // -t
+    long total_batch;            // -d  tokens per optimizer step (gradient accumulation)
+    float lr;                    // -l
+    int warmup;                  // -u
+    float final_lr_frac;         // -q
+    float weight_decay;          // -c
+    int max_steps;               // -x  (-1: one epoch of the training data)
+    int val_every;               // -v
+    int val_batches;             // -m
+    int sample_every;            // -s
+    int gen_tokens;              // -g
+    int checkpoint_every;        // -n
+    int resume;                  // -y
+    int shuffle;                 // --shuffle
+    int max_seq_len;             // --max-seq-len (from-scratch models)
+    float max_grad_norm;         // --max-grad-norm
+    uint64_t seed;               // --seed
+} Options;
+
+static void usage(FILE *out) {
+    fprintf(out,
+        "usage: train_gpt2 [flags]\n"
+        "  -i PATTERN  training token files, a glob (default data/tinyshakespeare/tiny_shakespeare_train.bin)\n"
+        "  -j PATTERN  validation token files, a glob (default data/tinyshakespeare/tiny_shakespeare_val.bin)\n"
+        "  -e INIT     checkpoint to start from (llm.c v3/v5 file), or dN for a new model with\n"
+        "              L=N, NH=N, C=64N (d12 = GPT-2 124M, d24, d36, d48) (default d12)\n"
+        "  -o DIR      output folder for checkpoints and log.csv (default: none)\n"
+        "  -b B        batch size per micro-step (default 4)\n"
+        "  -t T        sequence length (default 1024)\n"
+        "  -d TOKENS   tokens per optimizer step, a multiple of B*T: gradient accumulation (default B*T)\n"
+        "  -l LR       peak learning rate (default 3e-4)\n"
+        "  -u STEPS    linear warmup steps (default 0)\n"
+        "  -q FRAC     final learning rate as a fraction of the peak, cosine decay (default 1.0: constant)\n"
+        "  -c WD       AdamW weight decay on 2-D weights (default 0.0)\n"
+        "  -x STEPS    optimizer steps (default -1: one epoch of the training data)\n"
+        "  -v EVERY    validate every EVERY steps, 0 = never (default 20)\n"
+        "  -m BATCHES  validation batches (default 20; capped at what the files hold)\n"
+        "  -s EVERY    sample text every EVERY steps, 0 = never (default 20)\n"
+        "  -g TOKENS   tokens to generate when sampling (default 64)\n"
+        "  -n EVERY    checkpoint every EVERY steps into -o, 0 = only at the end when -o is set (default 0)\n"
+        "  -y 1        resume from the latest checkpoint in -o (default 0)\n"
+        "  --shuffle   shuffle shard and batch order every epoch\n"
+        "  --seed N    seed for initialisation, shuffling and sampling (default 1337)\n"
+        "  --max-seq-len N  max_seq_len of a new dN model (default max(T, 1024))\n"
+        "  --max-grad-norm X  clip the global gradient norm to X, 0 = off (default 1.0)\n"
+        "  --tokenizer PATH  tokenizer file to decode samples (default data/gpt2_tokenizer.bin)\n"
+        "  -h, --help  this text\n");
+}
+
+static Options parse_options(int argc, char **argv) {
+    Options o = {
+        .train_pattern = "data/tinyshakespeare/tiny_shakespeare_train.bin",
+        .val_pattern = "data/tinyshakespeare/tiny_shakespeare_val.bin",
+        .init = "d12", .out_dir = NULL, .tokenizer_path = "data/gpt2_tokenizer.bin",
+        .B = 4, .T = 1024, .total_batch = -1, .lr = 3e-4f, .warmup = 0, .final_lr_frac = 1.0f,
+        .weight_decay = 0.0f, .max_steps = -1, .val_every = 20, .val_batches = 20,
+        .sample_every = 20, .gen_tokens = 64, .checkpoint_every = 0, .resume = 0, .shuffle = 0,
+        .max_seq_len = 0, .max_grad_norm = 1.0f, .seed = 1337};
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) { usage(stdout); exit(0); }
+        if (!strcmp(flag, "--shuffle")) { o.shuffle = 1; continue; }
+        if (i + 1 >= argc) { usage(stderr); die("flag %s needs a value", flag); }
+        const char *v = argv[++i];
+        if (!strcmp(flag, "-i")) o.train_pattern = v;
+        else if (!strcmp(flag, "-j")) o.val_pattern = v;
+        else if (!strcmp(flag, "-e")) o.init = v;
+        else if (!strcmp(flag, "-o")) o.out_dir = v;
+        else if (!strcmp(flag, "--tokenizer")) o.tokenizer_path = v;
+        else if (!strcmp(flag, "-b")) o.B = (int)parse_long(flag, v, 1, 1 << 16);
+        else if (!strcmp(flag, "-t")) o.T = (int)parse_long(flag, v, 1, 1 << 20);
+        else if (!strcmp(flag, "-d")) o.total_batch = parse_long(flag, v, -1, 1L << 40);
+        else if (!strcmp(flag, "-l")) o.lr = (float)parse_double(flag, v, 0.0, 10.0);
+        else if (!strcmp(flag, "-u")) o.warmup = (int)parse_long(flag, v, 0, 1L << 30);
+        else if (!strcmp(flag, "-q")) o.final_lr_frac = (float)parse_double(flag, v, 0.0, 1.0);
+        else if (!strcmp(flag, "-c")) o.weight_decay = (float)parse_double(flag, v, 0.0, 10.0);
+        else if (!strcmp(flag, "-x")) o.max_steps = (int)parse_long(flag, v, -1, 1L << 30);
+        else if (!strcmp(flag, "-v")) o.val_every = (int)parse_long(flag, v, 0, 1L << 30);
+        else if (!strcmp(flag, "-m")) o.val_batches = (int)parse_long(flag, v, 1, 1L << 30);
+        else if (!strcmp(flag, "-s")) o.sample_every = (int)parse_long(flag, v, 0, 1L << 30);
+        else if (!strcmp(flag, "-g")) o.gen_tokens = (int)parse_long(flag, v, 1, 1 << 20);
+        else if (!strcmp(flag, "-n")) o.checkpoint_every = (int)parse_long(flag, v, 0, 1L << 30);
+        else if (!strcmp(flag, "-y")) o.resume = (int)parse_long(flag, v, 0, 1);
+        else if (!strcmp(flag, "--seed")) o.seed = (uint64_t)parse_long(flag, v, 0, 0x7fffffffffffffffL);
+        else if (!strcmp(flag, "--max-seq-len")) o.max_seq_len = (int)parse_long(flag, v, 1, 1 << 20);
+        else if (!strcmp(flag, "--max-grad-norm")) o.max_grad_norm = (float)parse_double(flag, v, 0.0, 1e9);
+        else { usage(stderr); die("unknown flag %s", flag); }
+    }
+    long micro = (long)o.B * o.T;
+    if (o.total_batch == -1) o.total_batch = micro;
+    if (o.total_batch <= 0 || o.total_batch % micro != 0)
+        die("flag -d: total batch %ld tokens is not a positive multiple of B*T = %d*%d = %ld",
+            o.total_batch, o.B, o.T, micro);
+    if (o.resume && !o.out_dir) die("flag -y 1 needs -o: the folder to resume from");
+    if (o.checkpoint_every && !o.out_dir) die("flag -n needs -o: the folder to write checkpoints to");
+    return o;
+}
+
+// ----------------------------------------------------------------------------------------
+// learning rate: linear warmup, then cosine decay from lr to lr * final_lr_frac
+
+static float learning_rate(const Options *o, int step, int max_steps) {   // step: 0-based
+    if (step < o->warmup) return o->lr * (step + 1) / o->warmup;
+    if (o->final_lr_frac >= 1.0f || max_steps <= o->warmup) return o->lr;
+    float progress = (float)(step - o->warmup) / (float)(max_steps - o->warmup);
+    float cosine = 0.5f * (1.0f + cosf((float)M_PI * progress));
+    return o->lr * (o->final_lr_frac + (1.0f - o->final_lr_frac) * cosine);
+}
+
+// ----------------------------------------------------------------------------------------
+// training state: everything besides the model file that a resumed run needs to continue
+// exactly: step, data position, sampling RNG, the shapes it was made with, optimizer state.
+
+typedef struct {
+    int32_t header[8];         // magic, version, step, B, T, grad_accum, has_master, 0
+    int64_t data_epoch, data_shard, data_batch;
+    uint64_t rng;
+    uint64_t num_parameters;
+} TrainState;
+
+static void model_path(char *buf, size_t n, const char *dir, int step) {
+    snprintf(buf, n, "%s/model_%08d.bin", dir, step);
+}
+static void state_path(char *buf, size_t n, const char *dir, int step) {
+    snprintf(buf, n, "%s/state_%08d.bin", dir, step);
+}
+
+static void save_checkpoint(const Options *o, const GPT2 *model, const DataLoader *train,
+                            int step, int grad_accum, uint64_t rng) {
+    char path[4096];
+    model_path(path, sizeof(path), o->out_dir, step);
+    gpt2_save_checkpoint(model, path);
+    TrainState s = {{TRAIN_STATE_MAGIC, TRAIN_STATE_VERSION, step, o->B, o->T, grad_accum,
+                     model->master_weights != NULL, 0},
+                    train->pos.epoch, train->pos.shard, train->pos.batch, rng,
+                    model->num_parameters};
+    state_path(path, sizeof(path), o->out_dir, step);
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, &s, sizeof(s));
+    gpt2_write_optimizer_state(model, &af);
+    atomic_commit(&af);
+    printf("saved checkpoint %s/model_%08d.bin and state_%08d.bin\n", o->out_dir, step, step);
+}
+
+// the largest step with both files in dir, or -1
+static int latest_checkpoint(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) die("cannot read folder %s: %s", dir, strerror(errno));
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step, consumed = 0;
+        if (sscanf(e->d_name, "state_%d.bin%n", &step, &consumed) == 1 &&
+            e->d_name[consumed] == '\0' && consumed > 0 && step > best) {
+            char path[4096];
+            model_path(path, sizeof(path), dir, step);
+            if (file_exists(path)) best = step;
+        }
+    }
+    closedir(d);
+    return best;
+}
+
+static int resume_from(const Options *o, GPT2 *model, DataLoader *train, int grad_accum,
+                       uint64_t *rng) {
+    int step = latest_checkpoint(o->out_dir);
+    if (step < 0) die("-y 1: no checkpoint (model_*.bin with state_*.bin) in %s", o->out_dir);
+    char path[4096];
+    model_path(path, sizeof(path), o->out_dir, step);
+    gpt2_load_checkpoint(model, path);
+    state_path(path, sizeof(path), o->out_dir, step);
+    FILE *f = fopen_or_die(path, "rb");
+    TrainState s;
+    fread_or_die(&s, sizeof(s), 1, f, path);
+    if (s.header[0] != TRAIN_STATE_MAGIC) die("%s: not a training-state file (bad magic)", path);
+    if (s.header[1] != TRAIN_STATE_VERSION) die("%s: unsupported version %d", path, s.header[1]);
+    if (s.header[2] != step) die("%s: holds step %d, its name says %d", path, s.header[2], step);
+    if (s.header[3] != o->B || s.header[4] != o->T || s.header[5] != grad_accum)
+        die("%s: was written with -b %d -t %d and %d accumulation steps; these flags say -b %d "
+            "-t %d and %d: resume with the same -b, -t and -d", path, s.header[3], s.header[4],
+            s.header[5], o->B, o->T, grad_accum);
+    if (s.num_parameters != model->num_parameters || s.header[6] != (model->master_weights != NULL))
+        die("%s: written for a model of %llu parameters%s; the checkpoint beside it has %zu%s",
+            path, (unsigned long long)s.num_parameters, s.header[6] ? " with master weights" : "",
+            model->num_parameters, model->master_weights ? " with master weights" : "");
+    gpt2_read_optimizer_state(model, f, path);
+    if (fgetc(f) != EOF) die("%s: unexpected bytes after the optimizer state", path);
+    fclose(f);
+    DataPosition pos = {s.data_epoch, s.data_shard, s.data_batch};
+    dataloader_seek(train, pos);
+    *rng = s.rng;
+    printf("resumed from %s/model_%08d.bin at step %d\n", o->out_dir, step, step);
+    return step;
+}
+
+// ----------------------------------------------------------------------------------------
+// sampling: generate tokens from <|endoftext|>, one full forward pass per token (the KV
+// cache lives in infer_gpt2)
+
+static uint64_t rng_u64(uint64_t *state) {   // xorshift64*
+    *state ^= *state >> 12; *state ^= *state << 25; *state ^= *state >> 27;
+    return *state * 0x2545F4914F6CDD1DULL;
+}
+
+static int sample_softmax(const float *logits, int n, float coin) {
+    float maxv = logits[0];
+    for (int i = 1; i < n; i++) maxv = logits[i] > maxv ? logits[i] : maxv;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - maxv);
+    double cdf = 0.0, target = coin * sum;
+    for (int i = 0; i < n; i++) {
+        cdf += exp((double)logits[i] - maxv);
+        if (target < cdf) return i;
+    }
+    return n - 1;
+}
+
+static void sample_text(GPT2 *model, const Tokenizer *tok, int gen_tokens, uint64_t *rng) {
+    int len = gen_tokens + 1 < model->config.max_seq_len ? gen_tokens + 1 : model->config.max_seq_len;
+    int *tokens = malloc(len * sizeof(int));
+    float *logits = malloc(model->config.vocab_size * sizeof(float));
+    if (!tokens || !logits) die("out of host memory for sampling");
+    tokens[0] = GPT2_EOT;
+    printf("generating:\n---\n");
+    for (int t = 1; t < len; t++) {
+        gpt2_forward(model, tokens, NULL, 1, t);
+        gpt2_logits_at(model, 0, t - 1, logits);
+        float coin = (rng_u64(rng) >> 40) / 16777216.0f;
+        tokens[t] = sample_softmax(logits, model->config.vocab_size, coin);
+        size_t n = 0;
+        const uint8_t *bytes = tok ? tokenizer_token(tok, tokens[t], &n) : NULL;
+        if (bytes) fwrite(bytes, 1, n, stdout);
+        else printf("%d ", tokens[t]);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    free(tokens);
+    free(logits);
+}
+
+// ----------------------------------------------------------------------------------------
+
+static float evaluate(GPT2 *model, DataLoader *val, int max_batches) {
+    dataloader_reset(val);
+    long available = 0;
+    for (int i = 0; i < val->num_shards; i++)
+        available += (long)((val->shard_tokens[i] - 1) / ((size_t)val->B * val->T));
+    int n = max_batches < available ? max_batches : (int)available;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        dataloader_next_batch(val);
+        sum += gpt2_forward(model, val->inputs, val->targets, val->B, val->T);
+    }
+    return (float)(sum / n);
+}
+
+static void make_dir(const char *dir) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("cannot create folder %s: %s", dir, strerror(errno));
+}
+
+int main(int argc, char **argv) {
+    Options o = parse_options(argc, argv);
+    if (backend_init() != 0) die("the %s backend could not start (see above)", backend_name());
+
+    // data first: bad files fail fast, before the model is built
+    DataLoader train, val;
+    dataloader_init(&train, o.train_pattern, o.B, o.T, o.shuffle, o.seed);
+    int have_val = o.val_every > 0;
+    if (have_val) dataloader_init(&val, o.val_pattern, o.B, o.T, 0, o.seed);
+    int grad_accum = (int)(o.total_batch / ((long)o.B * o.T));
+    long batches_per_epoch = 0;
+    for (int i = 0; i < train.num_shards; i++)
+        batches_per_epoch += (long)((train.shard_tokens[i] - 1) / ((size_t)o.B * o.T));
+    int max_steps = o.max_steps >= 0 ? o.max_steps : (int)(batches_per_epoch / grad_accum);
+    if (max_steps < 1) max_steps = 1;
+
+    // model
+    GPT2 model;
+    uint64_t rng = o.seed ^ 0xA5A5A5A5ULL;
+    int start_step = 0;
+    if (o.out_dir) make_dir(o.out_dir);
+    if (o.resume) {
+        start_step = resume_from(&o, &model, &train, grad_accum, &rng);
+    } else {
+        GPT2Config config;
+        int max_seq_len = o.max_seq_len ? o.max_seq_len : (o.T > 1024 ? o.T : 1024);
+        if (gpt2_config_from_name(&config, o.init, max_seq_len) == 0) {
+            gpt2_init_random(&model, config, o.seed);
+        } else {
+            if (o.max_seq_len) die("flag --max-seq-len applies to new models only, not to %s", o.init);
+            gpt2_load_checkpoint(&model, o.init);
+        }
+    }
+    if (o.T > model.config.max_seq_len)
+        die("flag -t %d is longer than the model's max_seq_len %d (from %s)", o.T,
+            model.config.max_seq_len, o.resume ? o.out_dir : o.init);
+
+    Tokenizer tokenizer;
+    const Tokenizer *tok = NULL;
+    if (file_exists(o.tokenizer_path)) {
+        tokenizer_load(&tokenizer, o.tokenizer_path);
+        tok = &tokenizer;
+    } else {
+        printf("note: no tokenizer file at %s (run `make data`); samples print token ids\n",
+               o.tokenizer_path);
+    }
+
+    char desc[256];
+    backend_describe(desc, sizeof(desc));
+    printf("+-------------------+----------------------------------------------------+\n");
+    printf("| backend           | %s, %s, attention=%s\n", backend_name(), FLOATX_NAME, attention_name);
+    printf("| device            | %s\n", desc);
+    printf("| init              | %s%s\n", o.resume ? o.out_dir : o.init, o.resume ? " (resumed)" : "");
+    gpt2_print_config(&model);
+    printf("| train data        | %s: %d file(s), %zu tokens, %ld batches/epoch\n", o.train_pattern,
+           train.num_shards, train.total_tokens, batches_per_epoch);
+    if (have_val) printf("| val data          | %s: %zu tokens\n", o.val_pattern, val.total_tokens);
+    printf("| batch             | B=%d T=%d, %d micro-steps: %ld tokens/step\n", o.B, o.T, grad_accum, o.total_batch);
+    printf("| steps             | %d (from %d)\n", max_steps, start_step);
+    printf("| learning rate     | %.2e, warmup %d, final fraction %.3f, weight decay %.3f, clip %.2f\n",
+           o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.max_grad_norm);
+    printf("| seed              | %llu%s\n", (unsigned long long)o.seed, o.shuffle ? ", shuffled" : "");
+    printf("+-------------------+----------------------------------------------------+\n");
+
+    FILE *log = NULL;
+    if (o.out_dir) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/log.csv", o.out_dir);
+        int fresh = !file_exists(path) || !o.resume;
+        log = fopen_or_die(path, fresh ? "w" : "a");
+        if (fresh) fprintf(log, "step,kind,loss,grad_norm,lr,ms,tokens_per_s\n");
+    }
+
+    double total_ms = 0.0;
+    int timed_steps = 0;
+    float last_train_loss = NAN, last_val_loss = NAN;
+    for (int step = start_step; step <= max_steps; step++) {
+        int last = step == max_steps;
+        if (o.out_dir && step > start_step &&
+            (last || (o.checkpoint_every && step % o.checkpoint_every == 0)))
+            save_checkpoint(&o, &model, &train, step, grad_accum, rng);
+        if (have_val && (last || step % o.val_every == 0)) {
+            last_val_loss = evaluate(&model, &val, o.val_batches);
+            printf("step %d: val loss %.6f\n", step, last_val_loss);
+            if (log) fprintf(log, "%d,val,%.6f,,,,\n", step, last_val_loss);
+        }
+        if (o.sample_every && step > 0 && (last || step % o.sample_every == 0))
+            sample_text(&model, tok, o.gen_tokens, &rng);
+        if (last) break;
+
+        double t0 = wall_seconds();
+        gpt2_zero_grad(&model);
+        double loss = 0.0;
+        for (int micro = 0; micro < grad_accum; micro++) {
+            dataloader_next_batch(&train);
+            loss += gpt2_forward_backward(&model, train.inputs, train.targets, o.B, o.T,
+                                          1.0f / grad_accum);
+        }
+        loss /= grad_accum;
+        float lr = learning_rate(&o, step, max_steps);
+        float norm = gpt2_update(&model, lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.max_grad_norm,
+                                 step + 1);
+        dev_synchronize();
+        double ms = (wall_seconds() - t0) * 1e3;
+        if (!isfinite(loss) || !isfinite(norm))
+            die("training diverged at step %d (loss %f, gradient norm %f): try a lower learning "
+                "rate (-l); checkpoints written so far are intact", step + 1, loss, norm);
+        if (step > start_step) { total_ms += ms; timed_steps++; }   // the first step warms up
+        double tok_s = o.total_batch / (ms / 1e3);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s\n", step + 1,
+               max_steps, loss, norm, lr, ms, tok_s);
+        if (log) fprintf(log, "%d,train,%.6f,%.6f,%.6e,%.3f,%.1f\n", step + 1, loss, norm, lr, ms, tok_s);
+        last_train_loss = (float)loss;
+        fflush(stdout);
+    }
+
+    char peak[32];
+    format_bytes(peak, sizeof(peak), (double)dev_bytes_peak());
+    gpt2_print_memory(&model);
+    printf("summary: %d steps, final train loss %.6f, final val loss %.6f, ", max_steps - start_step,
+           last_train_loss, last_val_loss);
+    if (timed_steps) printf("%.2f ms/step, %.0f tok/s (mean over steps after the first), ",
+                            total_ms / timed_steps, o.total_batch / (total_ms / timed_steps / 1e3));
+    printf("peak %s memory %s\n", backend_name(), peak);
+    if (log) fclose(log);
+    if (tok) tokenizer_free(&tokenizer);
+    if (have_val) dataloader_free(&val);
+    dataloader_free(&train);
+    gpt2_free(&model);
+    return 0;
+}
