@@ -109,6 +109,14 @@ void residual_forward(floatX *out, const floatX *a, const floatX *b, size_t n);
 void crossentropy_forward_backward(floatX *logits, float *losses, const int *targets,
                                    int N, int V, int Vp, float dloss);
 
+// Attention of one new query per sequence against a KV cache, for generation (causal by
+// construction: the cache holds positions 0..len-1, the new token's own k, v included).
+// out (B, NH, HS), q (B, NH, HS); kcache, vcache (B, maxT, NH, HS), of which the first len
+// positions are read. Scale 1/sqrt(HS). One kernel for both attention backends: it is the
+// decode step of either, and flash-decoding on the GPU (the cache split across blocks).
+void attention_decode(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
+                      int B, int len, int maxT, int NH, int HS);
+
 // ----------------------------------------------------------------------------------------
 // optimizer
 
