@@ -54,7 +54,7 @@ obj = $(patsubst %,$(BUILD)/%.o,$(1))
 CORE_OBJ = $(call obj,$(CORE_SRC) $(BACKEND_SRC))
 
 # ---- programs ---------------------------------------------------------------------------
-.PHONY: all test test-build data train compare clean gpu-check
+.PHONY: all test run-tests test-build check cuda-build data train compare clean
 all: train_gpt2 infer_gpt2
 
 train_gpt2: $(BUILD)/train_gpt2
@@ -96,9 +96,17 @@ $(BUILD)/tests/test_tokenizer: $(call obj,tests/test_tokenizer.c $(BPE_SRC)) $(C
 $(BUILD)/tests/%: $(call obj,tests/%.c) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS)
 
-test-build: $(TEST_BINS) $(BUILD)/train_gpt2 $(BUILD)/infer_gpt2
-test: test-build
+# `make test` is the CPU suite whatever BACKEND says (CUDA tests live in tests/gpu/)
+test:
+	@$(MAKE) --no-print-directory BACKEND=cpu run-tests
+test-build: $(TEST_BINS) $(BUILD)/train_gpt2 $(BUILD)/infer_gpt2 $(BUILD)/tokenize $(BUILD)/prepare_data
+run-tests: test-build
 	BUILD=$(BUILD) bash tests/run_tests.sh $(TEST_BINS)
+# everything CI runs: both attention backends, sanitizers, CUDA compile, a short fuzz
+check:
+	bash scripts/check.sh
+# compile and link every CUDA program (no GPU needed)
+cuda-build: $(BUILD)/train_gpt2 $(BUILD)/infer_gpt2
 
 clean:
 	rm -rf build train_gpt2 infer_gpt2

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The whole check CI runs (`make check`): the CPU test suite with each attention backend, the
+# suite again under AddressSanitizer + UndefinedBehaviorSanitizer, the CUDA sources compiled
+# for both backends (no GPU needed), and a short fuzzing run. Ends with one summary line,
+# "N passed, N failed, N skipped", adding up every stage.
+set -u
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+passed=0; failed=0; skipped=0
+log=$(mktemp)
+
+# add the counts of the last summary line printed by a stage to the totals
+count() {   # count <stage name> <exit code>
+    local line
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    if [ -n "$line" ]; then
+        local p f s
+        p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
+        f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+        s=$(echo "$line" | sed -nE 's/.* ([0-9]+) skipped.*/\1/p')
+        passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + ${s:-0}))
+        [ "$2" -ne 0 ] && [ "$f" -eq 0 ] && failed=$((failed + 1))
+    elif [ "$2" -eq 0 ]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+    fi
+    echo "--- $1: exit $2"
+}
+
+stage() {   # stage <name> <command...>
+    local name=$1; shift
+    echo "=== $name: $*"
+    "$@" 2>&1 | tee "$log"
+    count "$name" "${PIPESTATUS[0]}"
+}
+
+stage "tests, flash"            make -j"$JOBS" test ATTENTION=flash
+stage "tests, naive"            make -j"$JOBS" test ATTENTION=naive
+stage "tests under ASan+UBSan"  make -j"$JOBS" test SANITIZE=1
+if command -v nvcc >/dev/null 2>&1; then
+    stage "CUDA build, flash"   make -j"$JOBS" BACKEND=cuda ATTENTION=flash cuda-build
+    stage "CUDA build, naive"   make -j"$JOBS" BACKEND=cuda ATTENTION=naive cuda-build
+else
+    echo "=== CUDA build: skipped, nvcc is not on the PATH"
+    skipped=$((skipped + 2))
+fi
+if [ -x fuzz/run.sh ] && command -v clang >/dev/null 2>&1; then
+    stage "fuzzing (short)"     fuzz/run.sh "${FUZZ_SECONDS:-10}"
+fi
+rm -f "$log"
+echo
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

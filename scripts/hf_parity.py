@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Whole-model parity with Hugging Face transformers' GPT2LMHeadModel (run on the GPU machine).
+
+One random GPT-2 (seeded) is exported to our checkpoint format (llm.c v3, fp32); our
+parity_dump binary and HF then compute, on the same batch: logits, the loss, every parameter
+gradient, and the losses of 10 AdamW steps. Prints the relative errors and exits non-zero
+when one is over its tolerance.
+
+usage: hf_parity.py PARITY_DUMP_BINARY [--layers 12] [--B 4] [--T 64] [--tol-logits ...]
+"""
+import argparse
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+V, VP = 50257, 50304
+
+# our parameter order (llm.c's), with the HF name pattern and whether HF's Conv1D stores it
+# transposed
+ORDER = [
+    ("wte", "transformer.wte.weight", False), ("wpe", "transformer.wpe.weight", False),
+    ("ln1w", "transformer.h.{}.ln_1.weight", False), ("ln1b", "transformer.h.{}.ln_1.bias", False),
+    ("qkvw", "transformer.h.{}.attn.c_attn.weight", True), ("qkvb", "transformer.h.{}.attn.c_attn.bias", False),
+    ("attprojw", "transformer.h.{}.attn.c_proj.weight", True), ("attprojb", "transformer.h.{}.attn.c_proj.bias", False),
+    ("ln2w", "transformer.h.{}.ln_2.weight", False), ("ln2b", "transformer.h.{}.ln_2.bias", False),
+    ("fcw", "transformer.h.{}.mlp.c_fc.weight", True), ("fcb", "transformer.h.{}.mlp.c_fc.bias", False),
+    ("fcprojw", "transformer.h.{}.mlp.c_proj.weight", True), ("fcprojb", "transformer.h.{}.mlp.c_proj.bias", False),
+    ("lnfw", "transformer.ln_f.weight", False), ("lnfb", "transformer.ln_f.bias", False),
+]
+
+
+def tensors_in_our_order(named, L):
+    """Yields (our name, fp32 numpy array in our layout) from a dict of HF tensors."""
+    for ours, pattern, transposed in ORDER:
+        names = [pattern.format(l) for l in range(L)] if "{}" in pattern else [pattern]
+        parts = []
+        for n in names:
+            t = named[n].detach().float().cpu()
+            parts.append((t.t() if transposed else t).contiguous().numpy())
+        arr = np.stack(parts) if len(parts) > 1 else parts[0]
+        if ours == "wte":
+            arr = np.concatenate([arr, np.zeros((VP - V, arr.shape[1]), np.float32)])
+        yield ours, arr
+
+
+def rel(a, b):
+    a = np.asarray(a, np.float64).ravel(); b = np.asarray(b, np.float64).ravel()
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return float("inf")
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("binary")
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--B", type=int, default=4)
+    ap.add_argument("--T", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tol-logits", type=float, default=2e-2)
+    ap.add_argument("--tol-grads", type=float, default=5e-2)
+    ap.add_argument("--tol-loss", type=float, default=2e-2, help="absolute, per step")
+    args = ap.parse_args()
+    L, B, T = args.layers, args.B, args.T
+    torch.manual_seed(args.seed)
+    cfg = GPT2Config(n_layer=L, n_head=L, n_embd=64 * L, n_positions=1024, vocab_size=V,
+                     activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                     attn_pdrop=0.0, layer_norm_epsilon=1e-5)
+    hf = GPT2LMHeadModel(cfg).float().cuda()
+    # nudge layernorm parameters and biases off their 1/0 init so that every path is exercised
+    with torch.no_grad():
+        for n, p in hf.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.02 * torch.randn_like(p))
+    hf.config._attn_implementation = "eager"
+    named = dict(hf.named_parameters())
+
+    tmp = tempfile.mkdtemp()
+    ckpt = os.path.join(tmp, "model.bin")
+    with open(ckpt, "wb") as f:
+        header = np.zeros(256, np.int32)
+        header[:8] = [20240326, 3, 1024, V, L, L, 64 * L, VP]
+        f.write(header.tobytes())
+        sizes = []
+        for _, arr in tensors_in_our_order(named, L):
+            f.write(arr.astype(np.float32).tobytes())
+            sizes.append(arr.size)
+    rng = np.random.default_rng(args.seed)
+    tokens = rng.integers(0, V, size=B * T + 1).astype(np.int32)
+    tok_path = os.path.join(tmp, "tokens.bin")
+    tokens.tofile(tok_path)
+    out_path = os.path.join(tmp, "ours.bin")
+    subprocess.run([args.binary, ckpt, tok_path, str(B), str(T), str(args.steps), out_path], check=True)
+    ours = np.fromfile(out_path, np.float32)
+    n_params = sum(sizes)
+    o_logits = ours[: B * T * V].reshape(B, T, V)
+    o_loss = ours[B * T * V]
+    o_grads = ours[B * T * V + 1: B * T * V + 1 + n_params]
+    o_losses = ours[B * T * V + 1 + n_params:]
+
+    x = torch.tensor(tokens[:-1].reshape(B, T), dtype=torch.long, device="cuda")
+    y = torch.tensor(tokens[1:].reshape(B, T), dtype=torch.long, device="cuda")
+    hf.zero_grad()
+    logits = hf(x).logits
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), y.view(-1))
+    loss.backward()
+    h_grads = {n: p.grad for n, p in hf.named_parameters()}
+
+    failures = 0
+    def report(name, err, tol):
+        nonlocal failures
+        ok = err <= tol
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name:<28} {err:.3e} (tolerance {tol:.0e})")
+
+    report("logits (rel)", rel(o_logits, logits.detach().cpu().numpy()), args.tol_logits)
+    report("loss (abs)", abs(float(o_loss) - loss.item()), args.tol_loss)
+    off = 0
+    for (name, ref), size in zip(tensors_in_our_order(h_grads, L), sizes):
+        report(f"grad {name} (rel)", rel(o_grads[off: off + size], ref), args.tol_grads)
+        off += size
+
+    opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+    h_losses = []
+    for step in range(args.steps):
+        opt.zero_grad()
+        l = torch.nn.functional.cross_entropy(hf(x).logits.view(-1, V), y.view(-1))
+        l.backward()
+        torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
+        opt.step()
+        h_losses.append(l.item())
+    worst = max(abs(a - b) for a, b in zip(o_losses, h_losses)) if args.steps else 0.0
+    print("step losses, ours vs HF:")
+    for i, (a, b) in enumerate(zip(o_losses, h_losses)):
+        print(f"  {i + 1:2d} {a:.6f} {b:.6f} {a - b:+.2e}")
+    report(f"{args.steps} AdamW steps' losses (abs)", worst, args.tol_loss)
+    print(f"parity: {'PASS' if failures == 0 else f'{failures} FAILED'}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
