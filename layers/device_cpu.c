@@ -1,0 +1,92 @@
+// device_cpu.c: the CPU backend's "device": host memory, with the same accounting the CUDA
+// backend keeps, so the program's memory report reads the same on both.
+// Every block carries a small header holding its size, which is how dev_free knows how many
+// bytes to take off the in-use count.
+#include "layers.h"
+#include "../utils.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+// 64 bytes keeps the block after the header cache-line aligned (and AVX-512 aligned).
+#define BLOCK_ALIGN 64
+
+typedef struct {
+    size_t bytes;   // what the caller asked for
+} BlockHeader;
+
+static size_t bytes_in_use = 0;
+static size_t bytes_peak = 0;
+
+const char *backend_name(void) { return "cpu"; }
+
+int backend_init(void) { return 0; }
+
+size_t device_memory_total(void) {
+    long pages = sysconf(_SC_PHYS_PAGES);
+    long page_size = sysconf(_SC_PAGESIZE);
+    if (pages < 0 || page_size < 0) return 0;
+    return (size_t)pages * (size_t)page_size;
+}
+
+static size_t memory_available(void) {
+    long pages = sysconf(_SC_AVPHYS_PAGES);
+    long page_size = sysconf(_SC_PAGESIZE);
+    if (pages < 0 || page_size < 0) return 0;
+    return (size_t)pages * (size_t)page_size;
+}
+
+void backend_describe(char *buf, size_t n) {
+    char total[32];
+    format_bytes(total, sizeof(total), (double)device_memory_total());
+    snprintf(buf, n, "CPU, %d OpenMP threads, %s RAM, fp32", omp_get_max_threads(), total);
+}
+
+void *dev_malloc(size_t bytes, const char *what) {
+    void *block = NULL;
+    if (bytes <= SIZE_MAX - BLOCK_ALIGN) {
+        if (posix_memalign(&block, BLOCK_ALIGN, BLOCK_ALIGN + bytes) != 0) block = NULL;
+    }
+    if (block == NULL) {
+        char asked[32], avail[32], used[32];
+        format_bytes(asked, sizeof(asked), (double)bytes);
+        format_bytes(avail, sizeof(avail), (double)memory_available());
+        format_bytes(used, sizeof(used), (double)bytes_in_use);
+        die("out of memory allocating %s (%zu bytes) for %s: %s free, %s in use",
+            asked, bytes, what, avail, used);
+    }
+    ((BlockHeader *)block)->bytes = bytes;
+    bytes_in_use += bytes;
+    if (bytes_in_use > bytes_peak) bytes_peak = bytes_in_use;
+    return (char *)block + BLOCK_ALIGN;
+}
+
+void dev_free(void *p) {
+    if (p == NULL) return;
+    BlockHeader *block = (BlockHeader *)((char *)p - BLOCK_ALIGN);
+    bytes_in_use -= block->bytes;
+    free(block);
+}
+
+void dev_memset_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+void dev_upload(void *dst, const void *src_host, size_t bytes) { memcpy(dst, src_host, bytes); }
+void dev_download(void *dst_host, const void *src, size_t bytes) { memcpy(dst_host, src, bytes); }
+void dev_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+void dev_synchronize(void) {}
+size_t dev_bytes_in_use(void) { return bytes_in_use; }
+size_t dev_bytes_peak(void) { return bytes_peak; }
+
+// floatX is float on the CPU, so the conversions are copies
+void floatX_upload(floatX *dst, const float *src_host, size_t n) {
+    memcpy(dst, src_host, n * sizeof(float));
+}
+void floatX_download(float *dst_host, const floatX *src, size_t n) {
+    memcpy(dst_host, src, n * sizeof(float));
+}
+void floatX_from_float(floatX *dst, const float *src, size_t n) {
+    if (dst != src) memcpy(dst, src, n * sizeof(float));
+}
+
+float dev_read_float(const float *p) { return *p; }

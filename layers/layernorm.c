@@ -1,0 +1,78 @@
+// layernorm.c: layer normalization over the channels of each row, forward and backward.
+#include "layers.h"
+
+#include <math.h>
+
+#define LAYERNORM_EPS 1e-5f
+// channels per parallel work item when summing dweight and dbias over rows
+#define LAYERNORM_CHANNEL_CHUNK 64
+
+// out (N,C), mean (N), rstd (N), inp (N,C), weight (C), bias (C)
+void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
+                       const floatX *weight, const floatX *bias, int N, int C) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int c = 0; c < C; c++) sum += x[c];
+        float m = sum / C;
+        float sumsq = 0.0f;
+        #pragma omp simd reduction(+:sumsq)
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            sumsq += d * d;
+        }
+        float s = 1.0f / sqrtf(sumsq / C + LAYERNORM_EPS);
+        float *o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+// dinp (N,C) +=, dweight (C) +=, dbias (C) +=, dout (N,C), inp (N,C), weight (C),
+// mean (N), rstd (N)
+void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
+                        const floatX *inp, const floatX *weight, const float *mean,
+                        const float *rstd, int N, int C) {
+    // dinp: each row on its own, through the two row means the normalization couples
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float *dout_i = dout + (size_t)i * C;
+        const float *x = inp + (size_t)i * C;
+        float m = mean[i], s = rstd[i];
+        float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+        #pragma omp simd reduction(+:dnorm_sum, dnorm_norm_sum)
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            float dnorm = dout_i[c] * weight[c];
+            dnorm_sum += dnorm;
+            dnorm_norm_sum += dnorm * norm;
+        }
+        float dnorm_mean = dnorm_sum / C;
+        float dnorm_norm_mean = dnorm_norm_sum / C;
+        float *dinp_i = dinp + (size_t)i * C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            float dnorm = dout_i[c] * weight[c];
+            dinp_i[c] += s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
+        }
+    }
+    // dweight, dbias: sums over rows; a thread owns a chunk of channels, so no races
+    int chunks = (C + LAYERNORM_CHANNEL_CHUNK - 1) / LAYERNORM_CHANNEL_CHUNK;
+    #pragma omp parallel for
+    for (int chunk = 0; chunk < chunks; chunk++) {
+        int c0 = chunk * LAYERNORM_CHANNEL_CHUNK;
+        int c1 = c0 + LAYERNORM_CHANNEL_CHUNK < C ? c0 + LAYERNORM_CHANNEL_CHUNK : C;
+        for (int i = 0; i < N; i++) {
+            const float *dout_i = dout + (size_t)i * C;
+            const float *x = inp + (size_t)i * C;
+            float m = mean[i], s = rstd[i];
+            for (int c = c0; c < c1; c++) {
+                dweight[c] += dout_i[c] * (x[c] - m) * s;
+                dbias[c] += dout_i[c];
+            }
+        }
+    }
+}
