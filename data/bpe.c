@@ -56,6 +56,7 @@ void tokenlist_push(TokenList *t, int id) {
 }
 
 static void tokenlist_extend(TokenList *t, const int *ids, size_t n) {
+    if (n == 0) return;
     if (t->len + n > t->cap) {
         size_t cap = t->cap ? t->cap : 1024;
         while (cap < t->len + n) cap *= 2;
