@@ -22,16 +22,19 @@ endif
 
 CC ?= gcc
 NVCC ?= nvcc
-CFLAGS ?= -O3 -march=native
-CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -MMD -MP
+# OPT: optimisation of host C code (OPT=-O3 for binaries that run on another x86-64 machine);
+# EXTRA_CFLAGS, EXTRA_LDFLAGS: e.g. where PCRE2's header and library are not installed
+OPT ?= -O3 -march=native
+CFLAGS = $(OPT) -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -MMD -MP $(EXTRA_CFLAGS)
+LDFLAGS = $(EXTRA_LDFLAGS)
 LDLIBS = -lm -lgomp
-NVCCFLAGS ?= -O3 -arch=$(CUDA_ARCH) --use_fast_math
-NVCCFLAGS += -std=c++17 -DBACKEND_CUDA -MMD -MP -Xcompiler -Wall,-Wno-unused-parameter
-PCRE2_LIBS = -lpcre2-8
+NVCCFLAGS = -O3 -arch=$(CUDA_ARCH) --use_fast_math -std=c++17 -DBACKEND_CUDA -MMD -MP \
+            -Xcompiler -Wall,-Wno-unused-parameter $(EXTRA_NVCCFLAGS)
+PCRE2_LIBS ?= -lpcre2-8
 
 VARIANT = $(BACKEND)-$(ATTENTION)
 ifeq ($(SANITIZE),1)
-CFLAGS := $(filter-out -O3 -march=native,$(CFLAGS)) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 VARIANT := $(VARIANT)-san
 endif
@@ -43,7 +46,7 @@ BPE_SRC = data/bpe.c
 ifeq ($(BACKEND),cuda)
 CFLAGS += -DBACKEND_CUDA
 BACKEND_SRC = $(wildcard layers/*.cu) attention/$(ATTENTION).cu
-LINK = $(NVCC) -arch=$(CUDA_ARCH)
+LINK = $(NVCC) -arch=$(CUDA_ARCH) $(LDFLAGS)
 LDLIBS = -lm -lgomp -lcublas -lcublasLt
 else
 BACKEND_SRC = $(wildcard layers/*.c) attention/$(ATTENTION).c
@@ -107,6 +110,19 @@ check:
 	bash scripts/check.sh
 # compile and link every CUDA program (no GPU needed)
 cuda-build: $(BUILD)/train_gpt2 $(BUILD)/infer_gpt2
+
+# ---- the main job: data, build, train, sample ----------------------------------------------
+# GPU: GPT-2 124M (d12) on TinyShakespeare. CPU: a small d4 model, so that it ends in minutes.
+TRAIN_OUT ?= out/train
+ifeq ($(BACKEND),cuda)
+TRAIN_ARGS ?= -e d12 -b 16 -t 1024 -x 300 -l 6e-4 -u 30 -q 0.1 -v 50 -m 8 -s 100 -g 128 -n 100
+else
+TRAIN_ARGS ?= -e d4 -b 8 -t 128 -x 150 -l 1e-3 -u 15 -q 0.1 -v 50 -m 4 -s 75 -g 64 -n 75
+endif
+PROMPT ?= ROMEO:
+train: data all
+	./train_gpt2 $(TRAIN_ARGS) -o $(TRAIN_OUT)
+	./infer_gpt2 -c $$(ls $(TRAIN_OUT)/model_*.bin | tail -n 1) -p "$(PROMPT)" -n 128 --seed 1
 
 clean:
 	rm -rf build train_gpt2 infer_gpt2

@@ -404,8 +404,8 @@ int main(int argc, char **argv) {
     char peak[32];
     format_bytes(peak, sizeof(peak), (double)dev_bytes_peak());
     gpt2_print_memory(&model);
-    printf("summary: %d steps, final train loss %.6f, final val loss %.6f, ", max_steps - start_step,
-           last_train_loss, last_val_loss);
+    printf("summary: %d steps, final train loss %.6f, ", max_steps - start_step, last_train_loss);
+    if (have_val) printf("final val loss %.6f, ", last_val_loss);
     if (timed_steps) printf("%.2f ms/step, %.0f tok/s (mean over steps after the first), ",
                             total_ms / timed_steps, o.total_batch / (total_ms / timed_steps / 1e3));
     printf("peak %s memory %s\n", backend_name(), peak);

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one script: build, GPU tests, parity with Hugging Face,
+# memcheck, training runs and benchmarks, with the PyTorch baselines in the same run.
+#   scripts/gpu_check.sh [STAGE ...]     (default: all stages, in order)
+# Stages: env build test sanitize parity curves train bench-attn bench-infer
+# Logs go to $OUT (or out/gpu_check); a short table of results is printed last.
+# Where PCRE2's header is not installed, put it in .carry/pcre2 (dpkg -x of Debian's
+# libpcre2-dev; see docs/PERF.md "How these were measured").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu_check}
+mkdir -p "$OUT"
+JOBS=$(nproc)
+SUMMARY="$OUT/summary.md"
+: > "$SUMMARY"
+MAKEVARS=()
+if [ -f .carry/pcre2/usr/include/pcre2.h ]; then
+    MAKEVARS+=(EXTRA_CFLAGS=-I.carry/pcre2/usr/include PCRE2_LIBS=.carry/pcre2/usr/lib/x86_64-linux-gnu/libpcre2-8.a)
+fi
+BENCH=${BENCH:-.carry/bench}      # ../shared/bench copied into the checkout
+TRAIN_DATA="-i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+run_logged() {   # run_logged NAME CMD...: output to $OUT/NAME.log and the screen; records pass/fail
+    local name=$1; shift
+    echo "### $name: $*"
+    "$@" 2>&1 | tee "$OUT/$name.log"
+    local rc=${PIPESTATUS[0]}
+    note "| $name | $([ "$rc" -eq 0 ] && echo ok || echo "FAILED (exit $rc)") |"
+    return "$rc"
+}
+
+stage_env() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+    nvcc --version | tail -n 2
+    ls /usr/local/cuda/lib64 | grep -E '^lib(cublas|cublasLt|nccl|cudnn)\.so' | tr '\n' ' '; echo
+    ls /usr/local/cuda/include/nccl.h /usr/include/nccl.h 2>/dev/null
+    python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+    which compute-sanitizer ncu 2>&1
+    echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+}
+
+stage_build() {
+    for attn in flash naive; do
+        run_logged "build-$attn" make -j"$JOBS" BACKEND=cuda ATTENTION=$attn "${MAKEVARS[@]}" \
+            all cuda-build gpu-tests gpu-bench build/cuda-$attn/parity_dump || return 1
+    done
+}
+
+stage_test() {
+    for attn in flash naive; do
+        for t in build/cuda-$attn/tests/gpu/*; do
+            [ -x "$t" ] && [ -f "$t" ] && run_logged "$(basename "$t")-$attn" "$t"
+        done
+    done
+}
+
+stage_sanitize() {
+    for attn in flash naive; do
+        run_logged "memcheck-train-$attn" compute-sanitizer --tool memcheck --error-exitcode 1 \
+            build/cuda-$attn/train_gpt2 $TRAIN_DATA -e d2 -b 2 -t 128 -x 2 -v 1 -m 1 -s 1 -g 4
+    done
+    for t in build/cuda-flash/tests/gpu/test_attention_gpu; do
+        [ -x "$t" ] && run_logged "racecheck-attention" compute-sanitizer --tool racecheck --error-exitcode 1 "$t" --quick
+    done
+}
+
+stage_parity() {
+    for attn in flash naive; do
+        run_logged "hf-parity-$attn" python3 scripts/hf_parity.py build/cuda-$attn/parity_dump --layers 12 --B 4 --T 64
+    done
+}
+
+# same seed, same data order: the loss curves of the two attention backends over 100 steps
+stage_curves() {
+    for attn in flash naive; do
+        rm -rf "$OUT/curve-$attn"
+        run_logged "curve-$attn" build/cuda-$attn/train_gpt2 $TRAIN_DATA -e d12 -b 8 -t 1024 -x 100 \
+            -l 6e-4 -u 10 -q 0.1 -v 25 -m 4 -s 100 -g 64 -o "$OUT/curve-$attn"
+    done
+    python3 - "$OUT" <<'PY' | tee -a "$SUMMARY"
+import csv, sys
+out = sys.argv[1]
+def losses(a):
+    rows = list(csv.DictReader(open(f"{out}/curve-{a}/log.csv")))
+    return {(r["kind"], r["step"]): float(r["loss"]) for r in rows}
+f, n = losses("flash"), losses("naive")
+d = max(abs(f[k] - n[k]) for k in f if k in n and k[0] == "train")
+print(f"| loss curves flash vs naive, 100 steps | largest |difference| {d:.4f} |")
+PY
+}
+
+stage_train() {
+    for B in 16 64; do
+        for attn in naive flash; do
+            run_logged "speed-$attn-B$B" build/cuda-$attn/train_gpt2 $TRAIN_DATA -e d12 -b $B -t 1024 \
+                -x 12 -v 0 -s 0
+            note "| train $attn B=$B | $(grep -o 'summary:.*' "$OUT/speed-$attn-B$B.log") |"
+        done
+    done
+    run_logged "torch-gpt2" python3 "$BENCH/torch_gpt2.py" 16:1024:0:FLASH_ATTENTION \
+        16:1024:1:FLASH_ATTENTION 64:1024:1:FLASH_ATTENTION 64:1024:1:CUDNN_ATTENTION
+    grep -E 'ms/step' "$OUT/torch-gpt2.log" | sed 's/^/| torch | /; s/$/ |/' >> "$SUMMARY"
+}
+
+stage_bench_attn() {
+    run_logged "bench-attention" build/cuda-flash/bench/attention --csv "$OUT/attention.csv"
+    run_logged "torch-attention" python3 "$BENCH/torch_attention.py"
+}
+
+stage_bench_infer() {
+    [ -x bench/infer.sh ] && run_logged "bench-infer" bash bench/infer.sh
+}
+
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(env build test sanitize parity curves train bench-attn bench-infer)
+for s in "${stages[@]}"; do
+    echo "===================== $s"
+    "stage_${s//-/_}"
+done
+echo
+echo "===================== summary"
+cat "$SUMMARY"
