@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# scripts/compare.sh (`make compare`): the two attention backends end to end, in one command.
+# Builds train_gpt2 with ATTENTION=naive and with ATTENTION=flash, trains the same model on
+# TinyShakespeare with each (same seed, same data order), runs the attention microbenchmark over
+# T, and writes into one folder (default compare/<UTC date-time>/):
+#   train_naive.csv, train_flash.csv  the training logs: step,kind,loss,grad_norm,lr,ms,tokens_per_s
+#   train_naive.log, train_flash.log  what the two training runs printed
+#   attention.csv, attention.log      the attention microbenchmark's CSV and output
+#   table.md                          ms/step, tokens/s, peak memory, final losses, speedup,
+#                                     machine and commit (also printed at the end)
+#   loss.png, step_ms.png             training loss and time per step against step
+#   attention_time.png, attention_memory.png   attention time and memory against T, log-log
+# Where a GPU is visible it runs on it (BACKEND=cuda, GPT-2 small); elsewhere on the CPU with a
+# small model, and says so.
+#
+# usage: scripts/compare.sh [--steps N] [-b B] [-t T] [--model dN] [--out DIR]
+#                           [--backend cpu|cuda] [--tiny]
+#   --tiny   the CI mode: a 2-layer model, B=2, T=64, 6 steps, the quick microbenchmark
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '16,18p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "error: compare.sh: $*" >&2; exit 1; }
+
+steps="" B="" T="" model="" out="" backend="" tiny=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --steps|-x)         steps=${2:?$1 needs a value}; shift 2 ;;
+        -b|--batch)         B=${2:?$1 needs a value}; shift 2 ;;
+        -t|--seq-len)       T=${2:?$1 needs a value}; shift 2 ;;
+        --model|-e)         model=${2:?$1 needs a value}; shift 2 ;;
+        --out|-o)           out=${2:?$1 needs a value}; shift 2 ;;
+        --backend)          backend=${2:?$1 needs a value}; shift 2 ;;
+        --tiny)             tiny=1; shift ;;
+        -h|--help)          usage; exit 0 ;;
+        *)                  usage >&2; die "unknown option '$1'" ;;
+    esac
+done
+for v in steps B T; do
+    val=${!v}
+    [ -z "$val" ] || [[ "$val" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '$val'"
+done
+[ -z "$steps" ] || [ "$steps" -ge 2 ] || die "steps must be at least 2 (the first step is a warm-up, left out of the means)"
+[ -z "$model" ] || [[ "$model" =~ ^d[1-9][0-9]*$ ]] || [ -f "$model" ] ||
+    die "model must be dN (a new model of N layers) or a checkpoint file, not '$model'"
+
+# ---- backend: cuda where a GPU is visible, else cpu -------------------------------------------
+if [ -z "$backend" ]; then
+    if nvidia-smi -L 2>/dev/null | grep -q GPU; then
+        backend=cuda
+        echo "compare: a GPU is visible ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)): comparing on the GPU (BACKEND=cuda)"
+    else
+        backend=cpu
+        echo "compare: no GPU visible: comparing on the CPU (BACKEND=cpu) with a small model; the GPU figures come from a machine with a GPU"
+    fi
+else
+    case "$backend" in cpu|cuda) echo "compare: BACKEND=$backend, as asked" ;;
+                       *) die "backend must be cpu or cuda, not '$backend'" ;; esac
+fi
+
+# ---- configuration: the GPU runs GPT-2 small; the CPU a small model; --tiny the least -----------
+if [ "$tiny" -eq 1 ]; then
+    d_model=d2; d_B=2; d_T=64; d_steps=6; val_every=3; val_batches=1
+elif [ "$backend" = cuda ]; then
+    d_model=d12; d_B=16; d_T=1024; d_steps=100; val_every=25; val_batches=4
+else
+    d_model=d4; d_B=4; d_T=128; d_steps=20; val_every=10; val_batches=2
+fi
+model=${model:-$d_model}; B=${B:-$d_B}; T=${T:-$d_T}; steps=${steps:-$d_steps}
+[ "$val_every" -le "$steps" ] || val_every=$steps
+warmup=$(( steps / 10 ))
+seed=1337
+train_flags=(-e "$model" -b "$B" -t "$T" -x "$steps" -l 6e-4 -u "$warmup" -q 0.1
+             -v "$val_every" -m "$val_batches" -s 0 --seed "$seed")
+
+out=${out:-compare/$(date -u +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+echo "compare: model $model, B=$B, T=$T, $steps steps, seed $seed; results in $out"
+
+# ---- build and data ------------------------------------------------------------------------------
+# Every make variable is given on the command line, so that values inherited from a calling make
+# (ATTENTION, SANITIZE in `make check`) do not leak in. Where PCRE2's header is not installed
+# (the GPU machine), .carry/pcre2 holds it (see scripts/gpu_check.sh).
+MAKE_CMD=${MAKE:-make}
+JOBS=${JOBS:-$(nproc)}
+makevars=(BACKEND="$backend" SANITIZE=0)
+if [ -f .carry/pcre2/usr/include/pcre2.h ]; then
+    makevars+=(EXTRA_CFLAGS=-I.carry/pcre2/usr/include PCRE2_LIBS=.carry/pcre2/usr/lib/x86_64-linux-gnu/libpcre2-8.a)
+fi
+build() {   # build ATTENTION TARGET...: quiet unless it fails
+    local attn=$1; shift
+    "$MAKE_CMD" --no-print-directory -j"$JOBS" "${makevars[@]}" ATTENTION="$attn" "$@" >"$out/build.log" 2>&1 ||
+        { tail -n 30 "$out/build.log" >&2; die "build failed: make ${makevars[*]} ATTENTION=$attn $* (whole log: $out/build.log)"; }
+    rm -f "$out/build.log"
+}
+echo "compare: make data"
+build flash data
+for attn in naive flash; do
+    echo "compare: building build/$backend-$attn/train_gpt2"
+    build "$attn" "build/$backend-$attn/train_gpt2"
+done
+
+# ---- training: the same run with each backend ------------------------------------------------------
+for attn in naive flash; do
+    echo "compare: training with $attn attention: build/$backend-$attn/train_gpt2 ${train_flags[*]}"
+    scratch="$out/.run-$attn"    # -o also writes a final checkpoint, which is not kept
+    rm -rf "$scratch"
+    if ! "build/$backend-$attn/train_gpt2" "${train_flags[@]}" -o "$scratch" >"$out/train_$attn.log" 2>&1; then
+        tail -n 20 "$out/train_$attn.log" >&2
+        die "training with $attn attention failed (whole output: $out/train_$attn.log)"
+    fi
+    grep -E '^step +[0-9]+/' "$out/train_$attn.log" | awk 'NR == 1 || NR % 10 == 0' | sed 's/^/  /'
+    grep '^summary:' "$out/train_$attn.log" | sed 's/^/  /'
+    mv "$scratch/log.csv" "$out/train_$attn.csv"
+    rm -rf "$scratch"
+done
+
+# ---- attention microbenchmark ------------------------------------------------------------------------
+# Both backends in one program, timed over T at a constant B*T; its CSV, one row per (T, backend):
+# T,B,NH,HS,backend,status,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,counted_bytes,measured_bytes
+run_attention_bench() {
+    local bin args=()
+    if [ "$backend" = cuda ]; then
+        bin=build/cuda-flash/bench/attention
+        [ "$tiny" -eq 1 ] && args+=(--tmax 4096)
+    else
+        if [ ! -f bench/bench_attention_cpu.c ]; then
+            echo "compare: attention microbenchmark: none for the CPU in bench/ yet (bench/bench_attention_cpu.c): no attention.csv, no attention plots"
+            return 0
+        fi
+        bin=build/cpu-flash/bench/bench_attention_cpu
+        [ "$tiny" -eq 1 ] && args+=(--tmax 256)
+    fi
+    echo "compare: attention microbenchmark: $bin --csv $out/attention.csv ${args[*]}"
+    build flash "$bin"
+    attention_cmd="$bin --csv attention.csv${args[*]:+ ${args[*]}}"
+    "$bin" --csv "$out/attention.csv" "${args[@]}" >"$out/attention.log" 2>&1 ||
+        { tail -n 20 "$out/attention.log" >&2; die "$bin failed (whole output: $out/attention.log)"; }
+    grep '^|' "$out/attention.log" | sed 's/^/  /'
+}
+run_attention_bench
+
+# ---- the table ---------------------------------------------------------------------------------------
+# from a run's summary line: "summary: N steps, final train loss X, final val loss X,
+# X ms/step, X tok/s (mean over steps after the first), peak <backend> memory X UNIT"
+summary_field() {   # summary_field ATTN WHAT
+    local line
+    line=$(grep '^summary:' "$out/train_$1.log" | tail -n 1)
+    [ -n "$line" ] || die "no summary line in $out/train_$1.log"
+    case "$2" in
+        ms)     echo "$line" | sed -nE 's/.* ([0-9.]+) ms\/step.*/\1/p' ;;
+        tok_s)  echo "$line" | sed -nE 's/.* ([0-9.]+) tok\/s.*/\1/p' ;;
+        memory) echo "$line" | sed -nE 's/.*peak [a-z]+ memory ([0-9.]+ [KMGT]?i?B).*/\1/p' ;;
+        train)  echo "$line" | sed -nE 's/.*final train loss ([0-9.naif-]+),.*/\1/p' ;;
+        val)    echo "$line" | sed -nE 's/.*final val loss ([0-9.naif-]+),.*/\1/p' ;;
+    esac
+}
+to_bytes() {   # "131.8 MiB" -> bytes
+    echo "$1" | awk '{ m = 1; u = $2
+        if (u == "KiB") m = 1024; else if (u == "MiB") m = 1048576
+        else if (u == "GiB") m = 1073741824; else if (u == "TiB") m = 1099511627776
+        printf "%.0f\n", $1 * m }'
+}
+for attn in naive flash; do
+    for what in ms tok_s memory train val; do
+        v=$(summary_field "$attn" "$what")
+        [ -n "$v" ] || die "no '$what' figure in the summary line of $out/train_$attn.log"
+        printf -v "${what}_$attn" '%s' "$v"
+    done
+done
+
+if [ "$backend" = cuda ]; then
+    machine=$(sed -nE 's/^\| device +\| (.*)$/\1/p' "$out/train_flash.log" | head -n 1)
+else
+    cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || true)
+    machine="${cpu_model:-unknown CPU} ($(nproc) cores): $(sed -nE 's/^\| device +\| (.*)$/\1/p' "$out/train_flash.log" | head -n 1)"
+fi
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || commit="$commit with uncommitted changes"
+params=$(sed -nE 's/^\| parameters +\| ([0-9]+) \(([^)]*)\).*/\2/p' "$out/train_flash.log" | head -n 1)
+tokens_per_step=$(( B * T ))
+date_utc=$(date -u '+%Y-%m-%d %H:%M UTC')
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+difference() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.6f", a - b }'; }
+{
+    echo "## Attention backends, naive vs flash: training ($backend, model $model)"
+    echo
+    echo "- machine: $machine"
+    echo "- commit: $commit, measured $date_utc"
+    echo "- run: \`build/$backend-<attention>/train_gpt2 ${train_flags[*]}\`: $params parameters, $tokens_per_step tokens/step, same seed and data order for both"
+    echo "- ms/step and tokens/s: mean over the steps after the first (a warm-up); peak memory: the program's own count of the $backend memory it allocated"
+    echo "- last row: naive ms / flash ms, flash tokens/s / naive tokens/s, naive memory / flash memory (above 1: flash is ahead), and flash loss minus naive loss"
+    echo
+    echo "| attention | ms/step | tokens/s | peak $backend memory | final train loss | final val loss |"
+    echo "|---|--:|--:|--:|--:|--:|"
+    for attn in naive flash; do
+        m="ms_$attn" t="tok_s_$attn" mem="memory_$attn" tr="train_$attn" va="val_$attn"
+        echo "| $attn | ${!m} | ${!t} | ${!mem} | ${!tr} | ${!va} |"
+    done
+    echo "| flash vs naive | $(ratio "$ms_naive" "$ms_flash") | $(ratio "$tok_s_flash" "$tok_s_naive") | $(ratio "$(to_bytes "$memory_naive")" "$(to_bytes "$memory_flash")") | $(difference "$train_flash" "$train_naive") | $(difference "$val_flash" "$val_naive") |"
+    if [ -s "$out/attention.csv" ]; then
+        echo
+        echo "## Attention alone, over T ($backend)"
+        echo
+        awk -F, 'NR == 2 { printf "- causal, NH=%s, HS=%s, B*T = %d tokens (B at least 1); median time per call; memory: the bytes the backend allocates (q,k,v, out, their gradients, what it saves for backward, scratch); TFLOP/s: forward 2*B*NH*T^2*HS (causal), forward+backward 3.5x that\n", $3, $4, $1 * $2 }' "$out/attention.csv"
+        echo "- command: \`$attention_cmd\`"
+        echo
+        echo "| T | B | fwd ms naive | fwd ms flash | fwd+bwd ms naive | fwd+bwd ms flash | fwd+bwd speedup | flash fwd+bwd TFLOP/s | memory naive | memory flash |"
+        echo "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+        awk -F, '
+            function bytes(x,   u, i) { split("B KiB MiB GiB TiB", u, " "); i = 1
+                while (x >= 1024 && i < 5) { x /= 1024; i++ }
+                return sprintf(i == 1 ? "%.0f %s" : "%.1f %s", x, u[i]) }
+            NR == 1 { next }
+            { key = $1; if (!(key in seen)) { seen[key] = 1; order[++n] = key; batch[key] = $2 }
+              ok[key, $5] = $6 == "ok"; fwd[key, $5] = $7; fb[key, $5] = $9; tf[key, $5] = $10; mem[key, $5] = $11 }
+            END {
+                for (i = 1; i <= n; i++) {
+                    k = order[i]
+                    nf = ok[k, "naive"] ? sprintf("%.3f", fwd[k, "naive"]) : "out of memory"
+                    nb = ok[k, "naive"] ? sprintf("%.3f", fb[k, "naive"]) : "out of memory"
+                    ff = ok[k, "flash"] ? sprintf("%.3f", fwd[k, "flash"]) : "out of memory"
+                    fbs = ok[k, "flash"] ? sprintf("%.3f", fb[k, "flash"]) : "out of memory"
+                    sp = ok[k, "naive"] && ok[k, "flash"] ? sprintf("%.2fx", fb[k, "naive"] / fb[k, "flash"]) : "-"
+                    tfl = ok[k, "flash"] ? sprintf("%.1f", tf[k, "flash"]) : "-"
+                    mn = bytes(mem[k, "naive"]) (ok[k, "naive"] ? "" : " (needed)")
+                    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k, batch[k], nf, ff, nb, fbs, sp, tfl, mn, bytes(mem[k, "flash"])
+                }
+            }' "$out/attention.csv"
+    fi
+} >"$out/table.md"
+
+# ---- plots -------------------------------------------------------------------------------------------
+command -v gnuplot >/dev/null 2>&1 || die "gnuplot is not installed: run scripts/setup.sh (Debian's gnuplot-nox)"
+subtitle="$backend: ${machine%%,*}; model $model, B=$B, T=$T; commit ${commit%% *}"
+gnuplot -c scripts/compare_plot.gnuplot "$out" "$subtitle" ||
+    die "gnuplot failed on scripts/compare_plot.gnuplot"
+
+echo
+cat "$out/table.md"
+echo
+echo "compare: wrote $(cd "$out" && ls | tr '\n' ' ')"
+echo "compare: into $out"

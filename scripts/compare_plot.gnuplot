@@ -1,0 +1,151 @@
+# scripts/compare_plot.gnuplot: the plots of scripts/compare.sh, drawn from the files it wrote.
+#   gnuplot -c scripts/compare_plot.gnuplot DIR [SUBTITLE]
+# DIR holds train_naive.csv and train_flash.csv (train_gpt2's log.csv: step,kind,loss,grad_norm,
+# lr,ms,tokens_per_s) and, when the microbenchmark ran, attention.csv (bench/attention.cu's
+# --csv: T,B,NH,HS,backend,status,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,counted_bytes,
+# measured_bytes; status is ok or oom). Writes into DIR:
+#   loss.png               training loss against step, both backends, and flash minus naive
+#   step_ms.png            time per training step against step (the warm-up step left out)
+#   attention_time.png     attention forward and forward+backward time against T, log-log
+#   attention_memory.png   attention memory against T, log-log
+# On the attention plots a red cross marks each T where naive could not allocate.
+# Rows are picked with grep and awk, so DIR must not contain a single quote.
+
+if (ARGC < 1) { print "usage: gnuplot -c scripts/compare_plot.gnuplot DIR [SUBTITLE]"; exit status 2 }
+dir = ARG1
+subtitle = ARGC >= 2 ? ARG2 : ""
+naive_csv = dir . "/train_naive.csv"
+flash_csv = dir . "/train_flash.csv"
+attention_csv = dir . "/attention.csv"
+
+if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {
+    set terminal pngcairo size 1000,620 font "sans,11" noenhanced
+} else {
+    set terminal png size 1000,620 noenhanced
+}
+set datafile separator ","
+set grid lc rgb "#dddddd"
+set key top right box opaque
+set border lc rgb "#444444"
+naive_color = "#d62728"
+flash_color = "#1f77b4"
+title(main) = subtitle eq "" ? main : main . "\n" . subtitle
+
+# rows of a training log of one kind (train or val), without the header
+rows(file, kind) = sprintf("< grep ',%s,' '%s'", kind, file)
+# train loss of flash minus naive at each step both logs have: "step difference"
+loss_diff = sprintf("< awk -F, '$2 == \"train\" { if (FILENAME == ARGV[1]) n[$1] = $3; else if ($1 in n) print $1 \",\" ($3 - n[$1]) }' '%s' '%s'", naive_csv, flash_csv)
+
+# integer tics on the step axis, about 5 to 10 of them: a 1, 2 or 5 times a power of ten
+tic_step(n) = (d = 10**floor(log10(n > 8 ? n / 8.0 : 1)), n / d <= 8 ? d : n / d <= 16 ? 2 * d : 5 * d)
+stats rows(naive_csv, "train") using 1 name "steps" nooutput
+last_step = steps_max
+
+# ---- loss.png: the two loss curves, and below them their difference ------------------------------
+set output dir . "/loss.png"
+stats loss_diff using 2 name "diff" nooutput
+diff_span = abs(diff_min) > abs(diff_max) ? abs(diff_min) : abs(diff_max)
+diff_span = diff_span > 0 ? 1.2 * diff_span : 1e-6
+set multiplot
+set lmargin 14
+set rmargin 3
+set xrange [0:last_step]
+set xtics tic_step(last_step)
+set size 1, 0.70
+set origin 0, 0.30
+set bmargin 0.5
+set title title("Training loss, naive vs flash attention (same seed, same batches)")
+set ylabel "cross-entropy loss (nats/token)"
+set format x ""
+set xlabel ""
+plot rows(naive_csv, "train") using 1:3 with lines lw 3 lc rgb naive_color title "naive, train", \
+     rows(flash_csv, "train") using 1:3 with lines lw 1.5 dt 2 lc rgb flash_color title "flash, train", \
+     rows(naive_csv, "val") using 1:3 with points pt 7 ps 1.6 lc rgb naive_color title "naive, validation", \
+     rows(flash_csv, "val") using 1:3 with points pt 2 ps 1.6 lw 2 lc rgb flash_color title "flash, validation"
+set size 1, 0.30
+set origin 0, 0
+set tmargin 0.5
+set bmargin 3.5
+unset title
+set format x "%g"
+set xlabel "optimizer step"
+set ylabel "flash - naive"
+set format y "%.0e"
+set ytics diff_span / 2
+set yrange [-diff_span:diff_span]
+set key top left
+plot loss_diff using 1:2 with linespoints pt 7 ps 0.5 lc rgb "#555555" title "train loss, flash minus naive (nats/token)", \
+     0 with lines lc rgb "#999999" dt 3 notitle
+unset multiplot
+set size 1, 1
+set origin 0, 0
+set tmargin
+set bmargin
+set lmargin
+set rmargin
+set format y "%g"
+set ytics autofreq
+set yrange [*:*]
+set key top right
+
+# ---- step_ms.png: time per step -------------------------------------------------------------------
+# step 1 is left out: it includes one-time work (first touches of memory, library set-up)
+set output dir . "/step_ms.png"
+stats rows(naive_csv, "train") every ::1 using 6 name "naive_ms" nooutput
+stats rows(flash_csv, "train") every ::1 using 6 name "flash_ms" nooutput
+set title title("Time per training step (step 1, a warm-up, left out)")
+set xlabel "optimizer step"
+set ylabel "time per step (ms)"
+set xrange [1:last_step]
+set yrange [0:*]
+set key bottom right
+plot rows(naive_csv, "train") every ::1 using 1:6 with linespoints pt 7 ps 0.6 lc rgb naive_color title "naive", \
+     rows(flash_csv, "train") every ::1 using 1:6 with linespoints pt 5 ps 0.6 lc rgb flash_color title "flash", \
+     naive_ms_mean with lines dt 2 lc rgb naive_color title sprintf("naive mean %.1f ms", naive_ms_mean), \
+     flash_ms_mean with lines dt 2 lc rgb flash_color title sprintf("flash mean %.1f ms", flash_ms_mean)
+set xrange [*:*]
+set yrange [*:*]
+set xtics autofreq
+set key top right
+
+# ---- attention plots: only where the microbenchmark ran --------------------------------------------
+if (system(sprintf("test -s '%s' && echo yes || echo no", attention_csv)) eq "yes") {
+    attn(backend, status) = sprintf("< grep ',%s,%s,' '%s'", backend, status, attention_csv)
+    oom_count = int(system(sprintf("grep -c ',naive,oom,' '%s' || true", attention_csv)))
+    shape = system(sprintf("awk -F, 'NR == 2 { printf \"NH=%%s, HS=%%s, B = %%d / T, at least 1\", $3, $4, $1 * $2 }' '%s'", attention_csv))
+    set logscale xy 2
+    set logscale y 10
+    set format x "%.0f"
+    set xlabel "sequence length T (tokens)"
+    set key top left
+    stats attention_csv every ::1 using 1 name "seq" nooutput
+    set xrange [seq_min / 1.25 : seq_max * 1.25]
+
+    # time
+    set output dir . "/attention_time.png"
+    stats attention_csv every ::1 using 9 name "t" nooutput
+    set title title("Causal attention time against sequence length (" . shape . ")")
+    set ylabel "time per call (ms, median)"
+    oom_y = t_max * 2
+    set yrange [*:oom_y * 2]
+    plot attn("naive", "ok") using 1:9 with linespoints lw 2 pt 7 lc rgb naive_color title "naive, forward+backward", \
+         attn("naive", "ok") using 1:7 with linespoints lw 2 dt 2 pt 6 lc rgb naive_color title "naive, forward", \
+         attn("flash", "ok") using 1:9 with linespoints lw 2 pt 5 lc rgb flash_color title "flash, forward+backward", \
+         attn("flash", "ok") using 1:7 with linespoints lw 2 dt 2 pt 4 lc rgb flash_color title "flash, forward", \
+         attn("naive", "oom") using 1:(oom_y) with points pt 2 ps 3 lw 3 lc rgb naive_color \
+             title (oom_count > 0 ? "naive: out of memory (not timed)" : "")
+    set yrange [*:*]
+
+    # memory: the bytes each backend allocates (qkv, out, dout, dqkv, what it saves for backward,
+    # scratch); where naive ran out of memory, what it would have needed
+    set output dir . "/attention_memory.png"
+    stats attention_csv every ::1 using 11 name "m" nooutput
+    mem_unit = m_max >= 2**30 ? 2**30 : 2**20
+    mem_name = m_max >= 2**30 ? "GiB" : "MiB"
+    set title title("Attention memory against sequence length (" . shape . ")")
+    set ylabel sprintf("memory allocated (%s): q,k,v, out, gradients, saved, scratch", mem_name)
+    plot attn("naive", "ok") using 1:($11 / mem_unit) with linespoints lw 2 pt 7 lc rgb naive_color title "naive (saves P: B*NH*T^2)", \
+         attn("flash", "ok") using 1:($11 / mem_unit) with linespoints lw 2 pt 5 lc rgb flash_color title "flash (saves logsumexp: B*NH*T)", \
+         attn("naive", "oom") using 1:($11 / mem_unit) with points pt 2 ps 3 lw 3 lc rgb naive_color \
+             title (oom_count > 0 ? "naive: out of memory (what it would need)" : "")
+}
