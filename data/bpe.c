@@ -363,14 +363,17 @@ static int parse_encoder_json(const uint8_t *data, size_t n, const char *name,
                 out->eot_entry = (int)out->n;
                 bytebuf_append(&out->keys, key.data, key.len);
             } else {
+                if (key.len == 0) {
+                    fail(err, err_len, "%s: an empty token (id %ld)", name, value);
+                    goto done;
+                }
                 size_t at = out->keys.len;
                 bytebuf_append(&out->keys, key.data, key.len);   // reserve: bytes <= UTF-8 length
                 long len = alphabet_to_bytes(byte_of_codepoint, key.data, key.len, out->keys.data + at);
-                if (len <= 0) {
+                if (len < 0) {
                     char q[96];
-                    fail(err, err_len, "%s: token \"%s\" (id %ld) is %s", name,
-                         quote(key.data, key.len, q, sizeof(q)), value,
-                         len == 0 ? "empty" : "not spelled in GPT-2's byte alphabet");
+                    fail(err, err_len, "%s: token \"%s\" (id %ld) is not spelled in GPT-2's byte alphabet", name,
+                         quote(key.data, key.len, q, sizeof(q)), value);
                     goto done;
                 }
                 out->keys.len = at + (size_t)len;
