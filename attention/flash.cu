@@ -1,0 +1,830 @@
+// flash.cu: causal multi-head attention as fused tiled kernels with an online softmax
+// (FlashAttention-2's algorithm) on bf16 tensor cores, implementing attention.h.
+//
+// Nothing of size T x T ever reaches device memory. The forward keeps one logsumexp per row;
+// the backward recomputes the probabilities tile by tile from Q, K and that logsumexp.
+//
+// ---- notation -------------------------------------------------------------------------------
+// Per head (b, h): Q, K, V, O, dO are (T, HS) views of the packed tensors, read and written in
+// place (row stride 3*C in qkv and dqkv, C in out and dout; C = NH*HS), so no permute kernels.
+//   S = Q K^T * scale (scale = 1/sqrt(HS)), causal: S[i][j] = -inf for j > i
+//   P = softmax_rows(S), O = P V, logsumexp[i] = log sum_j exp(S[i][j])
+//   backward: D[i] = sum_k dO[i][k] O[i][k]; dP = dO V^T; dS = P * (dP - D[row]);
+//             dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO
+// The softmax runs in the exp2 domain: exp(x*scale - m) = exp2(x*scale*log2(e) - m*log2(e)),
+// so each probability costs one FFMA and one MUFU.EX2.
+//
+// ---- tensor-core fragments: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 --------------
+// D(16x8) += A(16x16) B(16x8), one warp. Lane = 4*g + t (g = lane/4 in 0..7, t = lane%4 in 0..3).
+// Each 32-bit register holds two bf16 of adjacent columns, the lower column in the low half.
+//   A: a0 = A[g][2t..2t+1]  a1 = A[g+8][2t..2t+1]  a2 = A[g][2t+8..2t+9]  a3 = A[g+8][2t+8..2t+9]
+//   B: b0 = B[2t..2t+1][g]  b1 = B[2t+8..2t+9][g]      (two k-rows of one n-column)
+//   C: c0,c1 = C[g][2t..2t+1]  c2,c3 = C[g+8][2t..2t+1]  (fp32)
+// Two side by side C tiles (columns 0-7 and 8-15) hold, rounded to bf16, exactly the A fragment
+// of their 16x16 block: {c0c1, c2c3} of the left tile = {a0, a1}, of the right tile = {a2, a3}.
+// So P = exp(S) goes from the S accumulators straight into the A operand of P V, in registers.
+//
+// ldmatrix.x4 loads four 8x8 bf16 matrices from shared memory; lanes 8i..8i+7 give the row
+// addresses of matrix i, and lane 4g+t receives row g, columns 2t..2t+1 of each matrix (with
+// .trans: column g, rows 2t..2t+1). Three address patterns cover every operand here:
+//   A pattern   row = r0 + lane%16, 16-byte chunk = c0 + lane/16:
+//               plain: the A fragment of a row-major 16x16 block (Q, K, V as A operands);
+//               .trans: the B fragments of two n-tiles of a row-major (k x n) block (V, dO, Q,
+//               K stored [k][n]), registers {0,1} for columns c0*8.., {2,3} for c0*8+8..
+//   B pattern   row = r0 + lane%8 + 8*(lane/16), chunk = c0 + (lane/8)%2:
+//               plain: the B fragments of two n-tiles of an operand stored [n][k] (K in Q K^T,
+//               Q in K Q^T, dO in V dO^T), registers {0,1} for rows r0.., {2,3} for r0+8..;
+//               .trans: the A fragment of a 16x16 block stored transposed (dS^T -> dS).
+//
+// ---- shared memory --------------------------------------------------------------------------
+// Tiles are row-major, one row = HS bf16 = HS/8 chunks of 16 bytes, and chunk c of row r is
+// stored at chunk position c ^ (r % 8) (see swizzle_bits). The 8 row addresses of one
+// ldmatrix phase (8 consecutive rows, one chunk each) then fall into 8 different 16-byte bank
+// groups: no bank conflicts, no padding. Loads are cp.async (16 bytes a thread, L2 only),
+// zero-filled past T.
+#include <float.h>
+#include <stdint.h>
+
+#include "../layers/cuda_common.cuh"
+#include "attention.h"
+
+// Tile shapes, overridable at build time (FLASH_FLAGS in tests/gpu/attention.mk) to compare:
+// query rows per warp of the forward at HS=64 (16 or 32; HS=128 always uses 16, since 32 rows
+// of a 128-wide accumulator would need 128 registers a thread), and the warps of a backward
+// block at HS=64 (4 or 8, each owning 16 key/value rows).
+#ifndef FLASH_FWD_WARP_ROWS
+#define FLASH_FWD_WARP_ROWS 32
+#endif
+#ifndef FLASH_BWD_KV_WARPS
+#define FLASH_BWD_KV_WARPS 4
+#endif
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- PTX wrappers -----------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared, bypassing L1; when !valid nothing is read and zeros are written
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// wait until at most N of this thread's committed groups are still in flight
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+// c += a b (16x8x16, bf16 in, fp32 accumulate)
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// two floats -> bf16x2 (round to nearest even), `lo` in the low half
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+// four C fragments of a 16x16 block (left tile c, right tile d) -> its A fragment
+__device__ __forceinline__ void c_to_a(uint32_t a[4], const float c[4], const float d[4]) {
+    a[0] = pack_bf16(c[0], c[1]);
+    a[1] = pack_bf16(c[2], c[3]);
+    a[2] = pack_bf16(d[0], d[1]);
+    a[3] = pack_bf16(d[2], d[3]);
+}
+
+// ---- swizzled tiles ---------------------------------------------------------------------------
+
+// Swizzle: 16-byte chunk c of row r of a tile with ROW-element rows is stored at chunk
+// position c ^ swizzle_bits(r). Rows of 64 or more elements (8+ chunks): r % 8. Rows of 32
+// elements (4 chunks, two rows to a 128-byte line of banks; only the BR=32 dS^T tile): (r/2) % 4.
+// Either way 8 consecutive rows at one chunk land in 8 different 16-byte bank groups.
+template <int ROW>
+__device__ __forceinline__ int swizzle_bits(int row) {
+    static_assert(ROW == 32 || ROW % 64 == 0, "swizzle defined for 32 or 64k-element rows");
+    return ROW >= 64 ? (row & 7) : ((row >> 1) & 3);
+}
+// element offset of 16-byte chunk `chunk` of row `row` in a tile of ROW-element rows
+template <int ROW>
+__device__ __forceinline__ int swz(int row, int chunk) {
+    return row * ROW + ((chunk ^ swizzle_bits<ROW>(row)) << 3);
+}
+// Per-lane parts of the two ldmatrix address patterns (see the top of the file). Blocks start
+// at an even chunk c0 (a multiple of 16 columns) and a row that is a multiple of 8, so the
+// lane's row % 8 is lane % 8 and its swizzled chunk is (c0 + x) ^ s = c0 ^ (x ^ s), x < 2:
+// the lane part x ^ s is computed once, the block part c0 is a constant.
+struct LaneAddr {
+    int a_row, a_x;   // A pattern: row offset, chunk offset
+    int b_row, b_x;   // B pattern
+    int row8;         // lane % 8 = (row of this lane's address) % 8
+    __device__ explicit LaneAddr(int lane)
+        : a_row(lane & 15), a_x(lane >> 4), b_row((lane & 7) + ((lane >> 4) << 3)),
+          b_x((lane >> 3) & 1), row8(lane & 7) {}
+};
+// shared address of the lane's ldmatrix row for the block at (r0, c0) of a ROW-wide tile
+template <int ROW>
+__device__ __forceinline__ uint32_t a_addr(const bf16 *tile, const LaneAddr &la, int r0, int c0) {
+    return smem_addr(tile + (r0 + la.a_row) * ROW +
+                     ((c0 ^ la.a_x ^ swizzle_bits<ROW>(la.row8)) << 3));
+}
+template <int ROW>
+__device__ __forceinline__ uint32_t b_addr(const bf16 *tile, const LaneAddr &la, int r0, int c0) {
+    return smem_addr(tile + (r0 + la.b_row) * ROW +
+                     ((c0 ^ la.b_x ^ swizzle_bits<ROW>(la.row8)) << 3));
+}
+
+// Start copying rows row0..row0+ROWS-1 of two tensors with the same row layout (each row HS
+// bf16, `stride` elements apart, starting at base_a and base_b) into two swizzled tiles; rows
+// >= T are zero-filled (their source address is base_a/base_b, valid but not read). One
+// address computation serves both copies; offsets within a tile fit in 32 bits.
+template <int ROWS, int HS, int THREADS>
+__device__ __forceinline__ void load_tile_pair(bf16 *tile_a, const bf16 *base_a, bf16 *tile_b,
+                                               const bf16 *base_b, int stride, int row0, int T,
+                                               int tid) {
+    constexpr int CHUNKS = HS / 8;
+    static_assert((ROWS * CHUNKS) % THREADS == 0, "tile copy must split evenly over threads");
+    const size_t tile_offset = (size_t)row0 * stride;
+#pragma unroll
+    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
+        const int idx = i * THREADS + tid;
+        const int r = idx / CHUNKS, c = idx % CHUNKS;
+        const bool valid = row0 + r < T;
+        const size_t offset = valid ? tile_offset + (r * stride + c * 8) : 0;
+        const int dst = swz<HS>(r, c);
+        cp_async_16(smem_addr(tile_a + dst), base_a + offset, valid);
+        cp_async_16(smem_addr(tile_b + dst), base_b + offset, valid);
+    }
+}
+// the same for one tensor
+template <int ROWS, int HS, int THREADS>
+__device__ __forceinline__ void load_tile(bf16 *tile, const bf16 *base, int stride, int row0,
+                                          int T, int tid) {
+    constexpr int CHUNKS = HS / 8;
+    static_assert((ROWS * CHUNKS) % THREADS == 0, "tile copy must split evenly over threads");
+    const size_t tile_offset = (size_t)row0 * stride;
+#pragma unroll
+    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
+        const int idx = i * THREADS + tid;
+        const int r = idx / CHUNKS, c = idx % CHUNKS;
+        const bool valid = row0 + r < T;
+        const size_t offset = valid ? tile_offset + (r * stride + c * 8) : 0;
+        cp_async_16(smem_addr(tile + swz<HS>(r, c)), base + offset, valid);
+    }
+}
+
+// ================================================================================================
+// Forward.
+//
+// One block of 4 warps per (query tile of BR rows, head). Warp w owns query rows
+// q0 + w*WARP_ROWS .. +WARP_ROWS-1 (one or two 16-row mma tiles), whose Q fragments it keeps
+// in registers for the whole kernel. Key/value tiles of BC = 64 rows stream through two
+// shared-memory buffers: tile j+1 is copied (cp.async) while tile j is computed, with one
+// barrier per tile. Per tile, per warp:
+//   S = Q K^T               (WARP_ROWS x 64, fp32 accumulators; K fragments via ldmatrix)
+//   diagonal tiles: S = -inf above the diagonal; tiles entirely above all of the warp's rows
+//   are skipped (warp-uniform branch), tiles above the whole block are never loaded
+//   m_new = max(m, rowmax S); alpha = exp2((m - m_new) * scale*log2e)
+//   P = exp2(S * scale*log2e - m_new * scale*log2e); l = l * alpha + rowsum P; O = O * alpha
+//   O += P V                (P stays in registers; V fragments via ldmatrix.trans)
+// Each thread holds 2 rows per 16-row tile (g and g+8) and a quarter of their columns; row max
+// needs a reduction over the 4 lanes of a quad each tile, row sum only at the end.
+// At the end O /= l, written once as bf16, and logsumexp = (m*scale*log2e + log2 l) * ln 2.
+//
+// The grid is 1-D, (query tiles) x (B*NH), ordered so that the last query tiles of every head,
+// which see the most key tiles under the causal mask, start first: the short ones fill the tail.
+// ================================================================================================
+
+constexpr int kFwdWarps = 4;
+constexpr int kFwdThreads = kFwdWarps * 32;
+constexpr int kFwdBC = 64;   // key/value rows per tile
+
+template <int HS, int WARP_ROWS>
+constexpr size_t fwd_smem_bytes() {
+    return (size_t)(kFwdWarps * WARP_ROWS + 2 * 2 * kFwdBC) * HS * sizeof(bf16);   // Q, 2x(K, V)
+}
+
+template <int HS, int WARP_ROWS>
+__global__ void __launch_bounds__(kFwdThreads)
+    flash_forward_kernel(bf16 *__restrict__ out, float *__restrict__ logsumexp,
+                         const bf16 *__restrict__ qkv, int T, int NH, int BNH, int q_tiles,
+                         float scale_log2) {
+    constexpr int MT = WARP_ROWS / 16;   // 16-row mma tiles per warp
+    constexpr int BR = kFwdWarps * WARP_ROWS;
+    constexpr int BC = kFwdBC;
+    constexpr int KS = HS / 16;   // k-steps of Q K^T
+    constexpr int NS = BC / 8;    // n-tiles of S
+    constexpr int KP = BC / 16;   // k-steps of P V
+    constexpr int NO = HS / 8;    // n-tiles of O
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem);   // [BR][HS]
+    bf16 *sK = sQ + BR * HS;                     // [2][BC][HS]
+    bf16 *sV = sK + 2 * BC * HS;                 // [2][BC][HS]
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const LaneAddr la(lane);
+
+    const int bh = blockIdx.x % BNH;
+    const int q_tile = q_tiles - 1 - blockIdx.x / BNH;   // heaviest tiles first
+    const int b = bh / NH, h = bh % NH;
+    const int C = NH * HS;
+    const int stride = 3 * C;   // between rows of qkv
+    const bf16 *q_g = qkv + (size_t)b * T * stride + h * HS;
+    const bf16 *k_g = q_g + C;
+    const bf16 *v_g = q_g + 2 * C;
+    const int q0 = q_tile * BR;
+    const int kv_tiles = (min(q0 + BR, T) + BC - 1) / BC;   // causal: keys < q0 + BR
+    const int warp_q0 = q0 + warp * WARP_ROWS;              // first query row of this warp
+
+    load_tile<BR, HS, kFwdThreads>(sQ, q_g, stride, q0, T, tid);
+    cp_async_commit();
+    load_tile_pair<BC, HS, kFwdThreads>(sK, k_g, sV, v_g, stride, 0, T, tid);
+    cp_async_commit();
+
+    cp_async_wait<1>();   // Q has landed (tile 0 may still be in flight)
+    __syncthreads();
+    uint32_t qf[MT][KS][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+            ldsm_x4(qf[mt][ks], a_addr<HS>(sQ, la, warp * WARP_ROWS + mt * 16, 2 * ks));
+
+    float o[MT][NO][4];
+    float m_run[MT][2], l_run[MT][2];   // per owned row (g, g+8): running max (raw), sum
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int n = 0; n < NO; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[mt][n][e] = 0.0f;
+        m_run[mt][0] = m_run[mt][1] = -INFINITY;
+        l_run[mt][0] = l_run[mt][1] = 0.0f;
+    }
+
+    for (int j = 0; j < kv_tiles; j++) {
+        cp_async_wait<0>();
+        __syncthreads();   // tile j visible to all; every warp is done with tile j-1's buffer
+        if (j + 1 < kv_tiles) {
+            const int nb = (j + 1) & 1;
+            load_tile_pair<BC, HS, kFwdThreads>(sK + nb * BC * HS, k_g, sV + nb * BC * HS, v_g,
+                                                stride, (j + 1) * BC, T, tid);
+        }
+        cp_async_commit();
+
+        const int k0 = j * BC;
+        if (k0 > warp_q0 + WARP_ROWS - 1) continue;   // all keys of the tile are in the future
+        const bf16 *Kt = sK + (j & 1) * BC * HS;
+        const bf16 *Vt = sV + (j & 1) * BC * HS;
+
+        // S = Q K^T
+        float s[MT][NS][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][n][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+            for (int np = 0; np < NS / 2; np++) {
+                uint32_t kb[4];
+                ldsm_x4(kb, b_addr<HS>(Kt, la, np * 16, 2 * ks));
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma_bf16(s[mt][2 * np], qf[mt][ks], kb[0], kb[1]);
+                    mma_bf16(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
+                }
+            }
+        }
+
+        // causal mask, only where the tile crosses the diagonal of this warp's rows
+        if (k0 + BC - 1 > warp_q0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int row = warp_q0 + mt * 16 + g + (e >> 1) * 8;
+                        const int col = k0 + n * 8 + 2 * t4 + (e & 1);
+                        if (col > row) s[mt][n][e] = -INFINITY;
+                    }
+        }
+
+        // online softmax. Tile 0 holds key 0, visible to every row, so each running max is
+        // finite from the first tile on and (m_run - m_new) is never (-inf) - (-inf).
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                float mx = m_run[mt][hf];
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+                    mx = fmaxf(mx, fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float alpha = exp2f((m_run[mt][hf] - mx) * scale_log2);
+                const float mx_scaled = mx * scale_log2;
+                m_run[mt][hf] = mx;
+                float rowsum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+                        const float p = exp2f(fmaf(s[mt][n][e], scale_log2, -mx_scaled));
+                        s[mt][n][e] = p;
+                        rowsum += p;
+                    }
+                l_run[mt][hf] = l_run[mt][hf] * alpha + rowsum;
+#pragma unroll
+                for (int n = 0; n < NO; n++) {
+                    o[mt][n][2 * hf] *= alpha;
+                    o[mt][n][2 * hf + 1] *= alpha;
+                }
+            }
+
+        // O += P V
+#pragma unroll
+        for (int kp = 0; kp < KP; kp++) {
+            uint32_t pf[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) c_to_a(pf[mt], s[mt][2 * kp], s[mt][2 * kp + 1]);
+#pragma unroll
+            for (int np = 0; np < NO / 2; np++) {
+                uint32_t vb[4];
+                ldsm_x4_trans(vb, a_addr<HS>(Vt, la, kp * 16, 2 * np));
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma_bf16(o[mt][2 * np], pf[mt], vb[0], vb[1]);
+                    mma_bf16(o[mt][2 * np + 1], pf[mt], vb[2], vb[3]);
+                }
+            }
+        }
+    }
+
+    // O /= l, logsumexp; rows past T are computed on zeros and never stored
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float l = l_run[mt][hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int row = warp_q0 + mt * 16 + g + hf * 8;
+            if (row >= T) continue;
+            if (t4 == 0)
+                logsumexp[(size_t)bh * T + row] = (m_run[mt][hf] * scale_log2 + log2f(l)) * kLn2;
+            const float inv = 1.0f / l;
+            bf16 *dst = out + ((size_t)(b * T + row) * NH + h) * HS + 2 * t4;
+#pragma unroll
+            for (int n = 0; n < NO; n++)
+                *reinterpret_cast<uint32_t *>(dst + n * 8) =
+                    pack_bf16(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
+        }
+}
+
+// ================================================================================================
+// Backward.
+//
+// Three kernels:
+//  1. prep: D = rowsum(dO * O) per (b, h, t) into scratch, and the fp32 dQ accumulator zeroed.
+//  2. main, key/value-outer: one block per (key/value tile of BC = 16*KV_WARPS rows, head);
+//     warp w owns key/value rows kv0 + 16w .. +15 and keeps their dK, dV accumulators (and, at
+//     HS=64, their K and V fragments) in registers. The block loops over the query tiles of
+//     BR rows (64; 32 at HS=128, for registers) that can see its keys (from the diagonal to
+//     T), Q, dO, logsumexp and D double-buffered through shared memory. Per query tile, per
+//     warp, everything transposed so that the warp's own key rows are the mma rows:
+//       S^T  = K Q^T                        (16 x BR)
+//       P^T  = exp2(S^T * scale*log2e - logsumexp[col] * log2e), 0 above the diagonal
+//       dP^T = V dO^T
+//       dS^T = P^T * (dP^T - D[col])
+//       dV  += P^T dO,  dK += dS^T Q        (P^T and dS^T stay in registers as A operands)
+//       dS^T -> shared memory; barrier; then the block computes dQ_tile = dS K (BR x HS, each
+//       warp 16 query rows x HS*BR/(16*KV_WARPS) columns) and adds it into the fp32 dQ
+//       accumulator, (B, T, NH, HS) in scratch, with atomics (float2: one vector RED each).
+//     At the end dK (times scale) and dV are written once, as bf16, into packed dqkv.
+//  3. convert: dq (bf16) = scale * accumulator, into packed dqkv.
+//
+// Why atomics and not a separate query-outer dQ pass: the separate pass would recompute S, P
+// and dP (two more of the five tile matmuls, 40% more tensor work, plus all the exp2 again);
+// the atomics cost one 64x64 shared round trip of dS and BR*HS fp32 reductions per tile pair,
+// which L2 absorbs (each warp-wide RED covers 8 full 32-byte sectors). The price is that dQ is
+// not bitwise reproducible run to run (fp32 sums in varying order); dK, dV, O and logsumexp are.
+//
+// Causal balance: the first key/value tiles see the most query tiles, so the 1-D grid starts
+// with key/value tile 0 of every head.
+// ================================================================================================
+
+template <int HS, int KV_WARPS, int BR>
+constexpr size_t bwd_smem_bytes() {
+    constexpr int BC = 16 * KV_WARPS;
+    return (size_t)(2 * BC * HS + 2 * 2 * BR * HS + BC * BR) * sizeof(bf16)   // K V Q dO dS
+           + 2 * 2 * BR * sizeof(float);                                      // lse, D
+}
+
+// D[b,h,t] = sum_k dO[b,t,h,k] * O[b,t,h,k]; dq_accum[b,t,h,:] = 0. HS/8 threads a row.
+template <int HS>
+__global__ void flash_backward_prep_kernel(float *__restrict__ D, float *__restrict__ dq_accum,
+                                           const bf16 *__restrict__ dout,
+                                           const bf16 *__restrict__ out, int T, int NH,
+                                           int rows) {
+    constexpr int TPR = HS / 8;
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = idx / TPR, c = idx % TPR;   // row = (b*T + t)*NH + h
+    float sum = 0.0f;
+    if (row < rows) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(dout + (size_t)row * HS + c * 8);
+        const uint4 o = *reinterpret_cast<const uint4 *>(out + (size_t)row * HS + c * 8);
+        const __nv_bfloat162 *a2 = reinterpret_cast<const __nv_bfloat162 *>(&a);
+        const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&o);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 af = __bfloat1622float2(a2[i]), of = __bfloat1622float2(o2[i]);
+            sum = fmaf(af.x, of.x, fmaf(af.y, of.y, sum));
+        }
+        float4 *acc = reinterpret_cast<float4 *>(dq_accum + (size_t)row * HS + c * 8);
+        acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int off = TPR / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (row < rows && c == 0) {
+        const int h = row % NH, bt = row / NH, t = bt % T, b = bt / T;
+        D[((size_t)b * NH + h) * T + t] = sum;
+    }
+}
+
+// dqkv[b,t,0,h,:] = bf16(scale * dq_accum[b,t,h,:]). HS/8 threads a row, 8 values each.
+template <int HS>
+__global__ void flash_dq_convert_kernel(bf16 *__restrict__ dqkv, const float *__restrict__ dq_accum,
+                                        int NH, int rows, float scale) {
+    constexpr int TPR = HS / 8;
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = idx / TPR, c = idx % TPR;
+    if (row >= rows) return;
+    const float4 *src = reinterpret_cast<const float4 *>(dq_accum + (size_t)row * HS + c * 8);
+    const float4 x = src[0], y = src[1];
+    uint4 v;
+    v.x = pack_bf16(x.x * scale, x.y * scale);
+    v.y = pack_bf16(x.z * scale, x.w * scale);
+    v.z = pack_bf16(y.x * scale, y.y * scale);
+    v.w = pack_bf16(y.z * scale, y.w * scale);
+    const int h = row % NH, bt = row / NH;
+    *reinterpret_cast<uint4 *>(dqkv + (size_t)bt * 3 * NH * HS + h * HS + c * 8) = v;
+}
+
+template <int HS, int KV_WARPS, int BR>
+__global__ void __launch_bounds__(KV_WARPS * 32)
+    flash_backward_kernel(bf16 *__restrict__ dqkv, float *__restrict__ dq_accum,
+                          const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
+                          const float *__restrict__ logsumexp, const float *__restrict__ Dg,
+                          int T, int NH, int BNH, float scale, float scale_log2) {
+    constexpr int THREADS = KV_WARPS * 32;
+    constexpr int BC = 16 * KV_WARPS;   // key/value rows of the block
+    constexpr int KS = HS / 16;         // k-steps over the head dim (S^T, dP^T)
+    constexpr int NQ = BR / 8;          // n-tiles over queries (S^T, dP^T)
+    constexpr int KQ = BR / 16;         // k-steps over queries (dV, dK)
+    constexpr int NHd = HS / 8;         // n-tiles over the head dim (dV, dK)
+    constexpr bool KV_IN_REGS = HS <= 64;
+    // dQ split: ROW_GROUPS warps along the query rows, COL_GROUPS along the head dim
+    constexpr int ROW_GROUPS = BR / 16;
+    constexpr int COL_GROUPS = KV_WARPS / ROW_GROUPS;
+    constexpr int DQ_COLS = HS / COL_GROUPS;               // head-dim columns per warp
+    // dQ columns computed at a time: at HS=128 only 32, so that their accumulators and
+    // operands fit beside dK's and dV's 128 registers without spilling
+    constexpr int DQ_MAX = HS <= 64 ? 64 : 32;
+    constexpr int DQ_PIECE = DQ_COLS < DQ_MAX ? DQ_COLS : DQ_MAX;
+    static_assert(KV_WARPS % ROW_GROUPS == 0 && DQ_COLS % 16 == 0, "dQ warp split");
+    static_assert(2 * BR <= THREADS, "one thread per logsumexp / D element");
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *sK = reinterpret_cast<bf16 *>(smem);   // [BC][HS]
+    bf16 *sV = sK + BC * HS;                     // [BC][HS]
+    bf16 *sQ = sV + BC * HS;                     // [2][BR][HS]
+    bf16 *sdO = sQ + 2 * BR * HS;                // [2][BR][HS]
+    bf16 *sdS = sdO + 2 * BR * HS;               // [BC][BR]  dS^T
+    float *sL = reinterpret_cast<float *>(sdS + BC * BR);   // [2][BR] logsumexp
+    float *sD = sL + 2 * BR;                                // [2][BR] D
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const LaneAddr la(lane);
+
+    const int bh = blockIdx.x % BNH;
+    const int kv_tile = blockIdx.x / BNH;   // heaviest (first) tiles first
+    const int b = bh / NH, h = bh % NH;
+    const int C = NH * HS;
+    const int stride = 3 * C;   // between rows of qkv and dqkv
+    const bf16 *q_g = qkv + (size_t)b * T * stride + h * HS;
+    const bf16 *k_g = q_g + C;
+    const bf16 *v_g = q_g + 2 * C;
+    const bf16 *do_g = dout + (size_t)b * T * C + h * HS;
+    const float *lse_g = logsumexp + (size_t)bh * T;
+    const float *D_g = Dg + (size_t)bh * T;
+    const int kv0 = kv_tile * BC;
+    const int first_q_tile = kv0 / BR;   // earlier query rows cannot see any key of the block
+    const int q_tiles = (T + BR - 1) / BR;
+    const int warp_kv0 = kv0 + warp * 16;
+
+    // copy query tile i (Q, dO, logsumexp, D) into buffer `buf`
+    auto load_q_tile = [&](int i, int buf) {
+        const int q0 = i * BR;
+        load_tile<BR, HS, THREADS>(sQ + buf * BR * HS, q_g, stride, q0, T, tid);
+        load_tile<BR, HS, THREADS>(sdO + buf * BR * HS, do_g, C, q0, T, tid);
+        if (tid < 2 * BR) {
+            const int r = tid % BR, t = q0 + r;
+            const bool valid = t < T;
+            const float *src = (tid < BR ? lse_g : D_g) + (valid ? t : 0);
+            cp_async_4(smem_addr((tid < BR ? sL : sD) + buf * BR + r), src, valid);
+        }
+    };
+
+    load_tile_pair<BC, HS, THREADS>(sK, k_g, sV, v_g, stride, kv0, T, tid);
+    cp_async_commit();
+    load_q_tile(first_q_tile, 0);
+    cp_async_commit();
+
+    cp_async_wait<1>();   // K, V have landed
+    __syncthreads();
+    uint32_t kf[KV_IN_REGS ? KS : 1][4], vf[KV_IN_REGS ? KS : 1][4];
+    if constexpr (KV_IN_REGS) {
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            ldsm_x4(kf[ks], a_addr<HS>(sK, la, warp * 16, 2 * ks));
+            ldsm_x4(vf[ks], a_addr<HS>(sV, la, warp * 16, 2 * ks));
+        }
+    }
+
+    float dk[NHd][4], dv[NHd][4];
+#pragma unroll
+    for (int n = 0; n < NHd; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+
+    for (int i = first_q_tile; i < q_tiles; i++) {
+        const int buf = (i - first_q_tile) & 1;
+        cp_async_wait<0>();
+        __syncthreads();   // tile i visible; every warp is done with tile i-1 (and with sdS)
+        if (i + 1 < q_tiles) load_q_tile(i + 1, buf ^ 1);
+        cp_async_commit();
+
+        const int q0 = i * BR;
+        const bf16 *Qt = sQ + buf * BR * HS;
+        const bf16 *dOt = sdO + buf * BR * HS;
+        const float *Lt = sL + buf * BR;
+        const float *Dt = sD + buf * BR;
+
+        // S^T = K Q^T, dP^T = V dO^T
+        float st[NQ][4], dpt[NQ][4];
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t ka[4], va[4];
+            if constexpr (KV_IN_REGS) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) ka[e] = kf[ks][e], va[e] = vf[ks][e];
+            } else {
+                ldsm_x4(ka, a_addr<HS>(sK, la, warp * 16, 2 * ks));
+                ldsm_x4(va, a_addr<HS>(sV, la, warp * 16, 2 * ks));
+            }
+#pragma unroll
+            for (int np = 0; np < NQ / 2; np++) {
+                uint32_t qb[4], ob[4];
+                ldsm_x4(qb, b_addr<HS>(Qt, la, np * 16, 2 * ks));
+                mma_bf16(st[2 * np], ka, qb[0], qb[1]);
+                mma_bf16(st[2 * np + 1], ka, qb[2], qb[3]);
+                ldsm_x4(ob, b_addr<HS>(dOt, la, np * 16, 2 * ks));
+                mma_bf16(dpt[2 * np], va, ob[0], ob[1]);
+                mma_bf16(dpt[2 * np + 1], va, ob[2], ob[3]);
+            }
+        }
+
+        // P^T (into st) and dS^T (into dpt). Columns are queries: each thread needs the
+        // logsumexp and D of columns n*8 + 2*t4 + {0,1}. Query rows past T hold zeros
+        // (Q, dO, logsumexp and D zero-filled), so they give dS = 1 * (0 - 0) = 0 and
+        // dO = 0: they add nothing to dK and dV.
+        const bool diagonal = q0 < kv0 + BC;   // some key of the block is after some query
+#pragma unroll
+        for (int n = 0; n < NQ; n++) {
+            const float2 lse2 = *reinterpret_cast<const float2 *>(Lt + n * 8 + 2 * t4);
+            const float2 d2 = *reinterpret_cast<const float2 *>(Dt + n * 8 + 2 * t4);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float lse = (e & 1) ? lse2.y : lse2.x;
+                const float d = (e & 1) ? d2.y : d2.x;
+                float p = exp2f(fmaf(st[n][e], scale_log2, -lse * kLog2e));
+                if (diagonal) {
+                    const int kv = warp_kv0 + g + (e >> 1) * 8;
+                    const int q = q0 + n * 8 + 2 * t4 + (e & 1);
+                    if (q < kv) p = 0.0f;
+                }
+                st[n][e] = p;
+                dpt[n][e] = p * (dpt[n][e] - d);
+            }
+        }
+
+        // P^T and dS^T as bf16 A fragments; dS^T also -> shared memory, for dQ
+        uint32_t pa[KQ][4], dsa[KQ][4];
+#pragma unroll
+        for (int kq = 0; kq < KQ; kq++) {
+            c_to_a(pa[kq], st[2 * kq], st[2 * kq + 1]);
+            c_to_a(dsa[kq], dpt[2 * kq], dpt[2 * kq + 1]);
+            const int r = warp * 16 + g;
+            uint32_t *ds_lo = reinterpret_cast<uint32_t *>(sdS + swz<BR>(r, 2 * kq) + 2 * t4);
+            uint32_t *ds_hi = reinterpret_cast<uint32_t *>(sdS + swz<BR>(r, 2 * kq + 1) + 2 * t4);
+            ds_lo[0] = dsa[kq][0];
+            ds_lo[4 * BR] = dsa[kq][1];   // row r + 8: same swizzle bits as row r
+            ds_hi[0] = dsa[kq][2];
+            ds_hi[4 * BR] = dsa[kq][3];
+        }
+
+        // dV += P^T dO, dK += dS^T Q
+#pragma unroll
+        for (int kq = 0; kq < KQ; kq++) {
+#pragma unroll
+            for (int np = 0; np < NHd / 2; np++) {
+                uint32_t ob[4], qb[4];
+                ldsm_x4_trans(ob, a_addr<HS>(dOt, la, kq * 16, 2 * np));
+                mma_bf16(dv[2 * np], pa[kq], ob[0], ob[1]);
+                mma_bf16(dv[2 * np + 1], pa[kq], ob[2], ob[3]);
+                ldsm_x4_trans(qb, a_addr<HS>(Qt, la, kq * 16, 2 * np));
+                mma_bf16(dk[2 * np], dsa[kq], qb[0], qb[1]);
+                mma_bf16(dk[2 * np + 1], dsa[kq], qb[2], qb[3]);
+            }
+        }
+        __syncthreads();   // dS^T of all warps in shared memory
+
+        // dQ rows q0 + 16*rg .. +15, columns col0.. : dS (from dS^T via .trans) times K
+        const int rg = warp % ROW_GROUPS, cg = warp / ROW_GROUPS;
+#pragma unroll
+        for (int piece = 0; piece < DQ_COLS / DQ_PIECE; piece++) {
+            const int col0 = cg * DQ_COLS + piece * DQ_PIECE;
+            float acc[DQ_PIECE / 8][4];
+#pragma unroll
+            for (int n = 0; n < DQ_PIECE / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < BC / 16; kc++) {
+                uint32_t dsf[4];
+                ldsm_x4_trans(dsf, b_addr<BR>(sdS, la, kc * 16, 2 * rg));
+#pragma unroll
+                for (int np = 0; np < DQ_PIECE / 16; np++) {
+                    uint32_t kb[4];
+                    ldsm_x4_trans(kb, a_addr<HS>(sK, la, kc * 16, col0 / 8 + 2 * np));
+                    mma_bf16(acc[2 * np], dsf, kb[0], kb[1]);
+                    mma_bf16(acc[2 * np + 1], dsf, kb[2], kb[3]);
+                }
+            }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int q = q0 + rg * 16 + g + hf * 8;
+                if (q >= T) continue;
+                float *dst = dq_accum + ((size_t)(b * T + q) * NH + h) * HS + col0 + 2 * t4;
+#pragma unroll
+                for (int n = 0; n < DQ_PIECE / 8; n++)
+                    atomicAdd(reinterpret_cast<float2 *>(dst + n * 8),
+                              make_float2(acc[n][2 * hf], acc[n][2 * hf + 1]));
+            }
+        }
+    }
+
+    // dK = scale * sum dS^T Q, dV = sum P^T dO: written once into packed dqkv
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int kv = warp_kv0 + g + hf * 8;
+        if (kv >= T) continue;
+        bf16 *dk_g = dqkv + (size_t)(b * T + kv) * stride + C + h * HS + 2 * t4;
+        bf16 *dv_g = dk_g + C;
+#pragma unroll
+        for (int n = 0; n < NHd; n++) {
+            *reinterpret_cast<uint32_t *>(dk_g + n * 8) =
+                pack_bf16(dk[n][2 * hf] * scale, dk[n][2 * hf + 1] * scale);
+            *reinterpret_cast<uint32_t *>(dv_g + n * 8) = pack_bf16(dv[n][2 * hf], dv[n][2 * hf + 1]);
+        }
+    }
+}
+
+// ---- host side ------------------------------------------------------------------------------
+
+// raise a kernel's dynamic shared-memory limit once (needed above 48 KB)
+template <typename Kernel>
+void set_smem_limit(Kernel kernel, size_t bytes, bool *done) {
+    if (*done) return;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    *done = true;
+}
+
+[[noreturn]] void unsupported_head_size(int HS) {
+    fprintf(stderr, "error: flash attention supports head sizes 64 and 128, not %d\n", HS);
+    exit(1);
+}
+
+template <int HS, int WARP_ROWS>
+void forward_launch(floatX *out, float *logsumexp, const floatX *qkv, int B, int T, int NH) {
+    constexpr size_t smem = fwd_smem_bytes<HS, WARP_ROWS>();
+    static bool smem_set = false;
+    set_smem_limit(flash_forward_kernel<HS, WARP_ROWS>, smem, &smem_set);
+    const int q_tiles = ceil_div(T, kFwdWarps * WARP_ROWS);
+    const float scale_log2 = kLog2e / sqrtf((float)HS);
+    flash_forward_kernel<HS, WARP_ROWS><<<q_tiles * B * NH, kFwdThreads, smem, cuda_stream>>>(
+        BF(out), logsumexp, CBF(qkv), T, NH, B * NH, q_tiles, scale_log2);
+    LAUNCH_CHECK();
+}
+
+template <int HS, int KV_WARPS, int BR>
+void backward_launch(floatX *dqkv, float *dq_accum, float *D, const floatX *dout,
+                     const floatX *qkv, const floatX *out, const float *logsumexp, int B, int T,
+                     int NH) {
+    const int rows = B * T * NH;
+    const int prep_threads = 256;
+    const int prep_blocks = ceil_div((long)rows * (HS / 8), prep_threads);
+    flash_backward_prep_kernel<HS><<<prep_blocks, prep_threads, 0, cuda_stream>>>(
+        D, dq_accum, CBF(dout), CBF(out), T, NH, rows);
+    LAUNCH_CHECK();
+
+    constexpr size_t smem = bwd_smem_bytes<HS, KV_WARPS, BR>();
+    static bool smem_set = false;
+    set_smem_limit(flash_backward_kernel<HS, KV_WARPS, BR>, smem, &smem_set);
+    const float scale = 1.0f / sqrtf((float)HS);
+    const int kv_tiles = ceil_div(T, 16 * KV_WARPS);
+    flash_backward_kernel<HS, KV_WARPS, BR><<<kv_tiles * B * NH, KV_WARPS * 32, smem, cuda_stream>>>(
+        BF(dqkv), dq_accum, CBF(dout), CBF(qkv), logsumexp, D, T, NH, B * NH, scale,
+        scale * kLog2e);
+    LAUNCH_CHECK();
+
+    flash_dq_convert_kernel<HS><<<prep_blocks, prep_threads, 0, cuda_stream>>>(
+        BF(dqkv), dq_accum, NH, rows, scale);
+    LAUNCH_CHECK();
+}
+
+}  // namespace
+
+extern "C" {
+
+const char *const attention_name = "flash";
+
+size_t attention_saved_size(int B, int T, int NH, int HS) {
+    return (size_t)B * NH * T * sizeof(float);   // logsumexp (B, NH, T)
+}
+
+// backward only: the fp32 dQ accumulator (B, T, NH, HS), then D (B, NH, T)
+size_t attention_scratch_size(int B, int T, int NH, int HS) {
+    return (size_t)B * T * NH * HS * sizeof(float) + (size_t)B * NH * T * sizeof(float);
+}
+
+void attention_forward(floatX *out, void *saved, void *scratch, const floatX *qkv, int B, int T,
+                       int NH, int HS) {
+    float *logsumexp = static_cast<float *>(saved);
+    switch (HS) {
+        case 64: forward_launch<64, FLASH_FWD_WARP_ROWS>(out, logsumexp, qkv, B, T, NH); break;
+        case 128: forward_launch<128, 16>(out, logsumexp, qkv, B, T, NH); break;
+        default: unsupported_head_size(HS);
+    }
+}
+
+void attention_backward(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
+                        const floatX *out, const void *saved, int B, int T, int NH, int HS) {
+    float *dq_accum = static_cast<float *>(scratch);
+    float *D = dq_accum + (size_t)B * T * NH * HS;
+    const float *logsumexp = static_cast<const float *>(saved);
+    switch (HS) {
+        case 64:
+            backward_launch<64, FLASH_BWD_KV_WARPS, 64>(dqkv, dq_accum, D, dout, qkv, out, logsumexp,
+                                                    B, T, NH);
+            break;
+        case 128:
+            backward_launch<128, 4, 32>(dqkv, dq_accum, D, dout, qkv, out, logsumexp, B, T, NH);
+            break;
+        default: unsupported_head_size(HS);
+    }
+}
+
+}  // extern "C"
