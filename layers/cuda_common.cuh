@@ -42,3 +42,51 @@ extern size_t cublaslt_workspace_size;
 extern int cuda_num_sms;
 
 static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
+
+// ---- kernel helpers shared by layers/*.cu (added with them) ----------------------------------
+
+// 16-byte vector accesses need 16-byte aligned addresses: kernels pick their vector width with this
+static inline bool is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// sum and max over the 32 lanes of a warp, the result in every lane
+__device__ __forceinline__ float warp_allreduce_sum(float x) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+    return x;
+}
+__device__ __forceinline__ float warp_allreduce_max(float x) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+    return x;
+}
+
+// VEC consecutive bf16 <-> VEC floats in one access (VEC = 8: 16 bytes, 4: 8 bytes, 2: 4 bytes, 1)
+template <int VEC> struct BF16Raw;
+template <> struct BF16Raw<8> { typedef int4 type; };
+template <> struct BF16Raw<4> { typedef uint2 type; };
+template <> struct BF16Raw<2> { typedef unsigned int type; };
+template <> struct BF16Raw<1> { typedef unsigned short type; };
+
+// raw loads keep the bits packed (half the registers of floats) until unpack_bf16
+template <int VEC>
+__device__ __forceinline__ typename BF16Raw<VEC>::type load_bf16_raw(const bf16 *src) {
+    return *reinterpret_cast<const typename BF16Raw<VEC>::type *>(src);
+}
+template <int VEC>
+__device__ __forceinline__ void unpack_bf16(float (&dst)[VEC], typename BF16Raw<VEC>::type raw) {
+    const bf16 *h = reinterpret_cast<const bf16 *>(&raw);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) dst[k] = __bfloat162float(h[k]);
+}
+template <int VEC>
+__device__ __forceinline__ void load_bf16(float (&dst)[VEC], const bf16 *src) {
+    unpack_bf16<VEC>(dst, load_bf16_raw<VEC>(src));
+}
+template <int VEC>
+__device__ __forceinline__ void store_bf16(bf16 *dst, const float (&src)[VEC]) {
+    typename BF16Raw<VEC>::type raw;
+    bf16 *h = reinterpret_cast<bf16 *>(&raw);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) h[k] = __float2bfloat16_rn(src[k]);
+    *reinterpret_cast<typename BF16Raw<VEC>::type *>(dst) = raw;
+}

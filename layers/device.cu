@@ -1,0 +1,232 @@
+// device.cu: the CUDA backend's device, memory and conversions: picks GPU 0, creates the one
+// stream and the cuBLAS/cuBLASLt handles, allocates with accounting (in use, peak) and says
+// clearly what did not fit when the GPU runs out of memory.
+#include "cuda_common.cuh"
+
+#include <string.h>
+
+cudaStream_t cuda_stream;
+cublasHandle_t cublas_handle;
+cublasLtHandle_t cublaslt_handle;
+void *cublaslt_workspace;
+size_t cublaslt_workspace_size = 32u << 20;   // cuBLASLt's heuristics pick faster kernels with it
+int cuda_num_sms;
+
+static int backend_ready = 0;
+static cudaDeviceProp device_prop;
+
+void cuda_fail(cudaError_t err, const char *what, const char *file, int line) {
+    fflush(stdout);
+    fprintf(stderr, "CUDA error at %s:%d: %s: %s\n", file, line, what, cudaGetErrorString(err));
+    exit(1);
+}
+
+void cublas_fail(cublasStatus_t status, const char *what, const char *file, int line) {
+    fflush(stdout);
+    fprintf(stderr, "cuBLAS error at %s:%d: %s: %s\n", file, line, what,
+            cublasGetStatusString(status));
+    exit(1);
+}
+
+const char *backend_name(void) { return "cuda"; }
+
+int backend_init(void) {
+    if (backend_ready) return 0;
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        fprintf(stderr, "no CUDA device: %s\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
+        cudaGetLastError();   // clear the sticky error so later checks report their own
+        return -1;
+    }
+    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaGetDeviceProperties(&device_prop, 0));
+    cuda_num_sms = device_prop.multiProcessorCount;
+    CUDA_CHECK(cudaStreamCreate(&cuda_stream));
+    CUBLAS_CHECK(cublasCreate(&cublas_handle));
+    CUBLAS_CHECK(cublasSetStream(cublas_handle, cuda_stream));
+    CUBLAS_CHECK(cublasLtCreate(&cublaslt_handle));
+    backend_ready = 1;   // before dev_malloc, which initialises the backend when it is not
+    cublaslt_workspace = dev_malloc(cublaslt_workspace_size, "cuBLAS(Lt) workspace");
+    // cuBLAS shares it: both run on cuda_stream, one call after another. Given a workspace,
+    // cuBLAS allocates nothing later (which would break CUDA graph capture).
+    CUBLAS_CHECK(cublasSetWorkspace(cublas_handle, cublaslt_workspace, cublaslt_workspace_size));
+    return 0;
+}
+
+void backend_describe(char *buf, size_t n) {
+    if (backend_init() != 0) {
+        snprintf(buf, n, "cuda: no device");
+        return;
+    }
+    snprintf(buf, n, "%s, %d SMs, %.1f GiB, compute capability %d.%d", device_prop.name,
+             device_prop.multiProcessorCount, device_prop.totalGlobalMem / 1073741824.0,
+             device_prop.major, device_prop.minor);
+}
+
+size_t device_memory_total(void) {
+    if (backend_init() != 0) return 0;
+    return device_prop.totalGlobalMem;
+}
+
+// ----------------------------------------------------------------------------------------
+// allocations through dev_malloc, with their sizes, for the in-use and peak figures
+
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} Allocation;
+static Allocation *allocations = NULL;
+static int allocations_count = 0, allocations_capacity = 0;
+static size_t bytes_in_use = 0, bytes_peak = 0;
+
+static void ensure_backend(void) {
+    if (backend_init() != 0) {
+        fprintf(stderr, "error: the CUDA backend needs a GPU\n");
+        exit(1);
+    }
+}
+
+void *dev_malloc(size_t bytes, const char *what) {
+    ensure_backend();
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+    if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        const double MiB = 1048576.0;
+        fflush(stdout);
+        fprintf(stderr,
+                "error: out of GPU memory: %s needs %.1f MiB, but the GPU has %.1f MiB free of "
+                "%.1f MiB (%.1f MiB already allocated by this program).\n"
+                "Try a smaller batch size (-b).\n",
+                what, bytes / MiB, free_bytes / MiB, total_bytes / MiB, bytes_in_use / MiB);
+        exit(1);
+    }
+    if (err != cudaSuccess) cuda_fail(err, "cudaMalloc", __FILE__, __LINE__);
+    if (allocations_count == allocations_capacity) {
+        allocations_capacity = allocations_capacity ? 2 * allocations_capacity : 64;
+        allocations = (Allocation *)realloc(allocations, allocations_capacity * sizeof(Allocation));
+        if (!allocations) {
+            fprintf(stderr, "error: out of host memory\n");
+            exit(1);
+        }
+    }
+    allocations[allocations_count++] = Allocation{p, bytes};
+    bytes_in_use += bytes;
+    if (bytes_in_use > bytes_peak) bytes_peak = bytes_in_use;
+    return p;
+}
+
+void dev_free(void *p) {
+    if (!p) return;
+    for (int i = 0; i < allocations_count; i++) {
+        if (allocations[i].ptr == p) {
+            bytes_in_use -= allocations[i].bytes;
+            allocations[i] = allocations[--allocations_count];
+            CUDA_CHECK(cudaFree(p));
+            return;
+        }
+    }
+    fprintf(stderr, "error: dev_free of %p, which dev_malloc did not allocate\n", p);
+    exit(1);
+}
+
+size_t dev_bytes_in_use(void) { return bytes_in_use; }
+size_t dev_bytes_peak(void) { return bytes_peak; }
+
+// ----------------------------------------------------------------------------------------
+// copies, all on cuda_stream. Uploads and downloads return when the host buffer may be
+// reused (upload) or holds the data (download).
+
+void dev_memset_zero(void *p, size_t bytes) {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream));
+}
+
+void dev_upload(void *dst, const void *src_host, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, cuda_stream));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+}
+
+void dev_download(void *dst_host, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, cuda_stream));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+}
+
+void dev_copy(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream));
+}
+
+void dev_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(cuda_stream)); }
+
+float dev_read_float(const float *p) {
+    float x;
+    dev_download(&x, p, sizeof(float));
+    return x;
+}
+
+// ----------------------------------------------------------------------------------------
+// fp32 <-> bf16. Host arrays are converted on the host (round to nearest even, the same
+// rounding as the device's __float2bfloat16_rn) through a bounded staging buffer.
+
+enum { STAGING_ELEMS = 1 << 22 };   // 8 MiB of bf16 per transfer
+
+void floatX_upload(floatX *dst, const float *src_host, size_t n) {
+    bf16 *staging = (bf16 *)malloc(sizeof(bf16) * (n < STAGING_ELEMS ? n : STAGING_ELEMS));
+    if (!staging && n) {
+        fprintf(stderr, "error: out of host memory\n");
+        exit(1);
+    }
+    for (size_t start = 0; start < n; start += STAGING_ELEMS) {
+        size_t count = n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
+        for (size_t i = 0; i < count; i++) staging[i] = __float2bfloat16_rn(src_host[start + i]);
+        dev_upload(dst + start, staging, count * sizeof(bf16));
+    }
+    free(staging);
+}
+
+void floatX_download(float *dst_host, const floatX *src, size_t n) {
+    bf16 *staging = (bf16 *)malloc(sizeof(bf16) * (n < STAGING_ELEMS ? n : STAGING_ELEMS));
+    if (!staging && n) {
+        fprintf(stderr, "error: out of host memory\n");
+        exit(1);
+    }
+    for (size_t start = 0; start < n; start += STAGING_ELEMS) {
+        size_t count = n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
+        dev_download(staging, src + start, count * sizeof(bf16));
+        for (size_t i = 0; i < count; i++) dst_host[start + i] = __bfloat162float(staging[i]);
+    }
+    free(staging);
+}
+
+// dst[i] = bf16(src[i]), 4 per thread when both are 16/8-byte aligned
+template <int VEC>
+__global__ void float_to_bf16_kernel(bf16 *dst, const float *src, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (i + VEC <= n) {
+        float x[VEC];
+        if constexpr (VEC == 4) {
+            float4 f = *reinterpret_cast<const float4 *>(src + i);
+            x[0] = f.x; x[1] = f.y; x[2] = f.z; x[3] = f.w;
+        } else {
+            x[0] = src[i];
+        }
+        store_bf16<VEC>(dst + i, x);
+    } else {
+        for (; i < n; i++) dst[i] = __float2bfloat16_rn(src[i]);
+    }
+}
+
+void floatX_from_float(floatX *dst, const float *src, size_t n) {
+    if (n == 0) return;
+    const int threads = 256;
+    if (is_aligned16(src) && ((uintptr_t)dst & 7) == 0) {
+        float_to_bf16_kernel<4><<<ceil_div(ceil_div(n, 4), threads), threads, 0, cuda_stream>>>(
+            BF(dst), src, n);
+    } else {
+        float_to_bf16_kernel<1><<<ceil_div(n, threads), threads, 0, cuda_stream>>>(BF(dst), src, n);
+    }
+    LAUNCH_CHECK();
+}

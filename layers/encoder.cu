@@ -1,0 +1,176 @@
+// encoder.cu: token and position embeddings, forward and backward.
+//
+// The backward is deterministic: instead of atomics (whose order, and so whose rounding,
+// changes from run to run) the rows of dout are grouped by token with a stable radix sort of
+// (token, row) pairs; each token's rows are then summed in row order by one block and added
+// once into its row of dwte. dwpe sums over the batch, also in a fixed order.
+#include "cuda_common.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
+
+// out[n, :] = wte[tokens[n], :] + wpe[n % T, :], one thread per VEC channels of one row
+template <int VEC>
+__global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__restrict__ tokens,
+                                       const bf16 *__restrict__ wte, const bf16 *__restrict__ wpe,
+                                       int N, int T, int C) {
+    const int nvec = C / VEC;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * nvec) return;
+    const int n = (int)(idx / nvec), c = (int)(idx % nvec) * VEC;
+    const int t = n % T;
+    float w[VEC], p[VEC], y[VEC];
+    load_bf16<VEC>(w, wte + (size_t)tokens[n] * C + c);
+    load_bf16<VEC>(p, wpe + (size_t)t * C + c);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) y[k] = w[k] + p[k];
+    store_bf16<VEC>(out + (size_t)n * C + c, y);
+}
+
+void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const floatX *wpe,
+                     int B, int T, int C) {
+    const int N = B * T, threads = 256;
+    if (C % 8 == 0 && is_aligned16(out) && is_aligned16(wte) && is_aligned16(wpe))
+        encoder_forward_kernel<8><<<ceil_div((long)N * (C / 8), threads), threads, 0, cuda_stream>>>(
+            BF(out), tokens, CBF(wte), CBF(wpe), N, T, C);
+    else
+        encoder_forward_kernel<1><<<ceil_div((long)N * C, threads), threads, 0, cuda_stream>>>(
+            BF(out), tokens, CBF(wte), CBF(wpe), N, T, C);
+    LAUNCH_CHECK();
+}
+
+// ----------------------------------------------------------------------------------------
+// backward
+
+__global__ void iota_kernel(int *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = i;
+}
+
+enum { WTE_ROW_LANES = 8, WTE_UNROLL = 4 };
+
+// dwte[token, :] += sum of dout[row, :] over the rows holding that token.
+// sorted_tokens, sorted_rows: the (token, row) pairs sorted by token, rows ascending within a
+// token. A block walks the sorted positions with a grid stride; at the first position of a
+// token it sums that token's rows: lane threadIdx.y takes every WTE_ROW_LANES-th row, then
+// the lanes are added in order (sorted order is monotone, so a lane stops at its first row
+// of another token). Block (32, WTE_ROW_LANES); blockIdx.y picks 32*VEC channels.
+template <int VEC>
+__global__ void __launch_bounds__(32 * WTE_ROW_LANES)
+    encoder_backward_wte_kernel(bf16 *__restrict__ dwte, const bf16 *__restrict__ dout,
+                                const unsigned int *__restrict__ sorted_tokens,
+                                const int *__restrict__ sorted_rows, int N, int C) {
+    __shared__ float sums[WTE_ROW_LANES][VEC][32];
+    const int c = (blockIdx.y * 32 + threadIdx.x) * VEC;
+    for (int start = blockIdx.x; start < N; start += gridDim.x) {
+        const unsigned int token = sorted_tokens[start];
+        if (start > 0 && sorted_tokens[start - 1] == token) continue;   // the same for the block
+        float acc[VEC] = {};
+        if (c < C) {
+            // WTE_UNROLL rows per lane per round, so that frequent tokens keep loads in flight
+            for (int i = start + threadIdx.y;; i += WTE_ROW_LANES * WTE_UNROLL) {
+                int rows[WTE_UNROLL];
+#pragma unroll
+                for (int u = 0; u < WTE_UNROLL; u++) {
+                    const int j = i + u * WTE_ROW_LANES;
+                    rows[u] = (j < N && sorted_tokens[j] == token) ? sorted_rows[j] : -1;
+                }
+#pragma unroll
+                for (int u = 0; u < WTE_UNROLL; u++) {
+                    if (rows[u] < 0) break;
+                    float x[VEC];
+                    load_bf16<VEC>(x, dout + (size_t)rows[u] * C + c);
+#pragma unroll
+                    for (int k = 0; k < VEC; k++) acc[k] += x[k];
+                }
+                if (rows[WTE_UNROLL - 1] < 0) break;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; k++) sums[threadIdx.y][k][threadIdx.x] = acc[k];
+        __syncthreads();
+        if (threadIdx.y == 0 && c < C) {
+            float total[VEC], w[VEC];
+            load_bf16<VEC>(w, dwte + (size_t)token * C + c);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                total[k] = 0.0f;
+#pragma unroll
+                for (int lane = 0; lane < WTE_ROW_LANES; lane++) total[k] += sums[lane][k][threadIdx.x];
+                total[k] += w[k];
+            }
+            store_bf16<VEC>(dwte + (size_t)token * C + c, total);
+        }
+        __syncthreads();
+    }
+}
+
+// dwpe[t, :] += sum over b of dout[b, t, :], one thread per VEC channels of one position
+template <int VEC>
+__global__ void encoder_backward_wpe_kernel(bf16 *__restrict__ dwpe, const bf16 *__restrict__ dout,
+                                            int B, int T, int C) {
+    const int nvec = C / VEC;
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= T * nvec) return;
+    const int t = idx / nvec, c = (idx % nvec) * VEC;
+    float acc[VEC];
+    load_bf16<VEC>(acc, dwpe + (size_t)t * C + c);
+    for (int b = 0; b < B; b++) {
+        float x[VEC];
+        load_bf16<VEC>(x, dout + ((size_t)b * T + t) * C + c);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) acc[k] += x[k];
+    }
+    store_bf16<VEC>(dwpe + (size_t)t * C + c, acc);
+}
+
+// scratch of the sort, grown on demand: keys out, row indices in and out, CUB's temporary space
+static void *sort_scratch = NULL;
+static size_t sort_scratch_bytes = 0;
+
+static size_t round_up_256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+template <int VEC>
+static void encoder_backward_launch(floatX *dwte, floatX *dwpe, const floatX *dout,
+                                    const int *tokens, int B, int T, int C) {
+    const int N = B * T;
+    size_t cub_bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const unsigned int *)NULL,
+                                               (unsigned int *)NULL, (const int *)NULL,
+                                               (int *)NULL, N, 0, 32, cuda_stream));
+    const size_t array_bytes = round_up_256((size_t)N * sizeof(int));
+    const size_t need = 3 * array_bytes + cub_bytes;
+    if (need > sort_scratch_bytes) {
+        dev_free(sort_scratch);
+        sort_scratch = dev_malloc(need, "encoder_backward sort scratch");
+        sort_scratch_bytes = need;
+    }
+    char *base = (char *)sort_scratch;
+    unsigned int *sorted_tokens = (unsigned int *)base;
+    int *rows = (int *)(base + array_bytes);
+    int *sorted_rows = (int *)(base + 2 * array_bytes);
+    void *cub_temp = base + 3 * array_bytes;
+
+    iota_kernel<<<ceil_div(N, 256), 256, 0, cuda_stream>>>(rows, N);
+    LAUNCH_CHECK();
+    // tokens are non-negative, so sorting their bits as unsigned orders them
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_temp, cub_bytes, (const unsigned int *)tokens,
+                                               sorted_tokens, rows, sorted_rows, N, 0, 32,
+                                               cuda_stream));
+    int walkers = 8 * cuda_num_sms;
+    if (walkers > N) walkers = N;
+    dim3 grid(walkers, ceil_div(C, 32 * VEC)), block(32, WTE_ROW_LANES);
+    encoder_backward_wte_kernel<VEC><<<grid, block, 0, cuda_stream>>>(
+        BF(dwte), CBF(dout), sorted_tokens, sorted_rows, N, C);
+    LAUNCH_CHECK();
+    encoder_backward_wpe_kernel<VEC><<<ceil_div((long)T * (C / VEC), 256), 256, 0, cuda_stream>>>(
+        BF(dwpe), CBF(dout), B, T, C);
+    LAUNCH_CHECK();
+}
+
+void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int *tokens,
+                      int B, int T, int C) {
+    if (C % 8 == 0 && is_aligned16(dwte) && is_aligned16(dwpe) && is_aligned16(dout))
+        encoder_backward_launch<8>(dwte, dwpe, dout, tokens, B, T, C);
+    else
+        encoder_backward_launch<1>(dwte, dwpe, dout, tokens, B, T, C);
+}

@@ -1,0 +1,207 @@
+// layernorm.cu: per-row layer normalisation, forward and backward, one warp per row.
+// Row statistics in fp32 by two passes over the row (mean, then variance about the mean; the
+// second and third reads of a row hit L1). The weight and bias gradients are reduced
+// deterministically: per-warp accumulators in shared memory, per-block partial sums in a
+// scratch buffer, then one kernel that adds them in a fixed order into dweight and dbias.
+#include "cuda_common.cuh"
+
+static const float LAYERNORM_EPS = 1e-5f;
+
+template <int VEC>
+__global__ void layernorm_forward_kernel(bf16 *__restrict__ out, float *__restrict__ mean,
+                                         float *__restrict__ rstd, const bf16 *__restrict__ inp,
+                                         const bf16 *__restrict__ weight,
+                                         const bf16 *__restrict__ bias, int N, int C) {
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;
+    const bf16 *x = inp + (size_t)row * C;
+    const int nvec = C / VEC;
+
+    float sum = 0.0f;
+    for (int v = lane; v < nvec; v += 32) {
+        float xv[VEC];
+        load_bf16<VEC>(xv, x + v * VEC);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) sum += xv[k];
+    }
+    const float m = warp_allreduce_sum(sum) / C;
+
+    float sumsq = 0.0f;
+    for (int v = lane; v < nvec; v += 32) {
+        float xv[VEC];
+        load_bf16<VEC>(xv, x + v * VEC);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) sumsq += (xv[k] - m) * (xv[k] - m);
+    }
+    const float s = rsqrtf(warp_allreduce_sum(sumsq) / C + LAYERNORM_EPS);
+
+    bf16 *o = out + (size_t)row * C;
+    for (int v = lane; v < nvec; v += 32) {
+        float xv[VEC], w[VEC], b[VEC], y[VEC];
+        load_bf16<VEC>(xv, x + v * VEC);
+        load_bf16<VEC>(w, weight + v * VEC);
+        load_bf16<VEC>(b, bias + v * VEC);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) y[k] = (xv[k] - m) * s * w[k] + b[k];
+        store_bf16<VEC>(o + v * VEC, y);
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = s;
+    }
+}
+
+void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
+                       const floatX *weight, const floatX *bias, int N, int C) {
+    const int threads = 256, rows_per_block = threads / 32;
+    const bool vec8 = C % 8 == 0 && is_aligned16(out) && is_aligned16(inp) &&
+                      is_aligned16(weight) && is_aligned16(bias);
+    const int blocks = ceil_div(N, rows_per_block);
+    if (vec8)
+        layernorm_forward_kernel<8><<<blocks, threads, 0, cuda_stream>>>(
+            BF(out), mean, rstd, CBF(inp), CBF(weight), CBF(bias), N, C);
+    else
+        layernorm_forward_kernel<1><<<blocks, threads, 0, cuda_stream>>>(
+            BF(out), mean, rstd, CBF(inp), CBF(weight), CBF(bias), N, C);
+    LAUNCH_CHECK();
+}
+
+// ----------------------------------------------------------------------------------------
+// backward. With norm = (x - mean) * rstd and dnorm = weight * dout, per row:
+//   dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd
+//   dweight += norm * dout, dbias += dout (summed over rows)
+
+enum { LN_BACKWARD_THREADS = 128 };
+
+// Shared memory: per warp, dweight then dbias accumulators, C floats each, stored as
+// [k][v] for channel v*VEC + k so that the lanes of a warp touch consecutive words.
+// partial: (gridDim.x, 2, C) fp32, this block's dweight and dbias sums in channel order.
+template <int VEC>
+__global__ void __launch_bounds__(LN_BACKWARD_THREADS)
+    layernorm_backward_kernel(float *__restrict__ partial, bf16 *__restrict__ dinp,
+                              const bf16 *__restrict__ dout, const bf16 *__restrict__ inp,
+                              const bf16 *__restrict__ weight, const float *__restrict__ mean,
+                              const float *__restrict__ rstd, int N, int C) {
+    extern __shared__ float accumulators[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int warps = blockDim.x / 32;
+    const int nvec = C / VEC;
+    float *dweight_acc = accumulators + (size_t)warp * 2 * C;
+    float *dbias_acc = dweight_acc + C;
+    for (int i = lane; i < 2 * C; i += 32) dweight_acc[i] = 0.0f;
+    __syncwarp();
+
+    for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
+        const bf16 *x = inp + (size_t)row * C;
+        const bf16 *dy = dout + (size_t)row * C;
+        bf16 *dx = dinp + (size_t)row * C;
+        const float m = mean[row], s = rstd[row];
+
+        float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+        for (int v = lane; v < nvec; v += 32) {
+            float xv[VEC], dyv[VEC], w[VEC];
+            load_bf16<VEC>(xv, x + v * VEC);
+            load_bf16<VEC>(dyv, dy + v * VEC);
+            load_bf16<VEC>(w, weight + v * VEC);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float dnorm = w[k] * dyv[k];
+                dnorm_sum += dnorm;
+                dnorm_norm_sum += dnorm * (xv[k] - m) * s;
+            }
+        }
+        const float dnorm_mean = warp_allreduce_sum(dnorm_sum) / C;
+        const float dnorm_norm_mean = warp_allreduce_sum(dnorm_norm_sum) / C;
+
+        for (int v = lane; v < nvec; v += 32) {
+            float xv[VEC], dyv[VEC], w[VEC], dxv[VEC];
+            load_bf16<VEC>(xv, x + v * VEC);
+            load_bf16<VEC>(dyv, dy + v * VEC);
+            load_bf16<VEC>(w, weight + v * VEC);
+            load_bf16<VEC>(dxv, dx + v * VEC);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float norm = (xv[k] - m) * s;
+                dxv[k] += (w[k] * dyv[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
+                dweight_acc[k * nvec + v] += norm * dyv[k];
+                dbias_acc[k * nvec + v] += dyv[k];
+            }
+            store_bf16<VEC>(dx + v * VEC, dxv);
+        }
+    }
+    __syncthreads();
+
+    float *block_partial = partial + (size_t)blockIdx.x * 2 * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const int slot = (c % VEC) * nvec + c / VEC;
+        float dw = 0.0f, db = 0.0f;
+        for (int w = 0; w < warps; w++) {
+            dw += accumulators[(size_t)w * 2 * C + slot];
+            db += accumulators[(size_t)w * 2 * C + C + slot];
+        }
+        block_partial[c] = dw;
+        block_partial[C + c] = db;
+    }
+}
+
+// dweight[c] += sum over blocks of partial[b][0][c], dbias likewise, in block order
+__global__ void layernorm_param_grads_kernel(bf16 *dweight, bf16 *dbias, const float *partial,
+                                             int blocks, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float dw = 0.0f, db = 0.0f;
+    for (int b = 0; b < blocks; b++) {
+        dw += partial[(size_t)b * 2 * C + c];
+        db += partial[(size_t)b * 2 * C + C + c];
+    }
+    dweight[c] = __float2bfloat16_rn(__bfloat162float(dweight[c]) + dw);
+    dbias[c] = __float2bfloat16_rn(__bfloat162float(dbias[c]) + db);
+}
+
+static float *ln_partial = NULL;   // per-block partial sums, grown on demand
+static size_t ln_partial_capacity = 0;
+
+template <int VEC>
+static void layernorm_backward_launch(floatX *dinp, floatX *dweight, floatX *dbias,
+                                      const floatX *dout, const floatX *inp, const floatX *weight,
+                                      const float *mean, const float *rstd, int N, int C) {
+    const size_t smem = (size_t)(LN_BACKWARD_THREADS / 32) * 2 * C * sizeof(float);
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<VEC>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int blocks_per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks_per_sm, layernorm_backward_kernel<VEC>, LN_BACKWARD_THREADS, smem));
+    if (blocks_per_sm < 1) {
+        fprintf(stderr, "error: layernorm_backward: C=%d needs more shared memory than a block has\n", C);
+        exit(1);
+    }
+    int blocks = blocks_per_sm * cuda_num_sms;
+    const int blocks_for_rows = ceil_div(N, LN_BACKWARD_THREADS / 32);
+    if (blocks > blocks_for_rows) blocks = blocks_for_rows;
+
+    const size_t need = (size_t)blocks * 2 * C;
+    if (need > ln_partial_capacity) {
+        dev_free(ln_partial);
+        ln_partial = (float *)dev_malloc(need * sizeof(float), "layernorm_backward partial sums");
+        ln_partial_capacity = need;
+    }
+    layernorm_backward_kernel<VEC><<<blocks, LN_BACKWARD_THREADS, smem, cuda_stream>>>(
+        ln_partial, BF(dinp), CBF(dout), CBF(inp), CBF(weight), mean, rstd, N, C);
+    LAUNCH_CHECK();
+    layernorm_param_grads_kernel<<<ceil_div(C, 256), 256, 0, cuda_stream>>>(
+        BF(dweight), BF(dbias), ln_partial, blocks, C);
+    LAUNCH_CHECK();
+}
+
+void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
+                        const floatX *inp, const floatX *weight, const float *mean,
+                        const float *rstd, int N, int C) {
+    const bool vec8 = C % 8 == 0 && is_aligned16(dinp) && is_aligned16(dout) &&
+                      is_aligned16(inp) && is_aligned16(weight);
+    if (vec8)
+        layernorm_backward_launch<8>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    else
+        layernorm_backward_launch<1>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}

@@ -1,0 +1,209 @@
+// matmul.cu: out = inp @ weight^T + bias and its backward, on cuBLASLt (bf16 in and out, fp32
+// accumulation), the bias added in the GEMM's epilogue. The bias gradient is a column sum of
+// dout by a two-kernel deterministic reduction.
+//
+// cuBLAS(Lt) is column-major: a row-major (R, K) matrix is a column-major (K, R) one, so every
+// row-major product below is issued as its transpose: out^T = weight @ inp^T, and so on.
+#include "cuda_common.cuh"
+
+// One cached plan per distinct GEMM: descriptors and the algorithm the heuristic chose.
+typedef struct {
+    cublasOperation_t transa, transb;
+    int m, n, k, lda, ldb, ldd;
+    int has_bias, accumulate;
+    int align_a, align_b, align_d;   // bytes the pointers are aligned to (up to 256)
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
+    cublasLtMatmulAlgo_t algo;
+} MatmulPlan;
+
+enum { MAX_PLANS = 256 };
+static MatmulPlan plans[MAX_PLANS];
+static int plans_count = 0;
+
+// largest power of two, up to 256, that divides the address: cuBLASLt picks kernels by it
+static int pointer_alignment(const void *p) {
+    int align = 256;
+    while (align > 1 && ((uintptr_t)p % align) != 0) align /= 2;
+    return align;
+}
+
+static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, int lda, int ldb, int ldd, int has_bias, int accumulate,
+                            int align_a, int align_b, int align_d) {
+    for (int i = 0; i < plans_count; i++) {
+        MatmulPlan *p = &plans[i];
+        if (p->transa == transa && p->transb == transb && p->m == m && p->n == n && p->k == k &&
+            p->lda == lda && p->ldb == ldb && p->ldd == ldd && p->has_bias == has_bias &&
+            p->accumulate == accumulate && p->align_a == align_a && p->align_b == align_b &&
+            p->align_d == align_d)
+            return p;
+    }
+    if (plans_count == MAX_PLANS) {
+        fprintf(stderr, "error: matmul: more than %d distinct GEMM shapes\n", MAX_PLANS);
+        exit(1);
+    }
+    MatmulPlan *p = &plans[plans_count];
+    *p = MatmulPlan{transa, transb, m, n, k, lda, ldb, ldd, has_bias, accumulate,
+                    align_a, align_b, align_d};
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa,
+                                                sizeof(transa)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb,
+                                                sizeof(transb)));
+    cublasLtEpilogue_t epilogue = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                sizeof(epilogue)));
+    if (has_bias) {
+        cudaDataType_t bias_type = CUDA_R_16BF;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bias_type, sizeof(bias_type)));
+    }
+    // stored shapes, before the op: A is (m,k) or (k,m), B is (k,n) or (n,k), D is (m,n)
+    int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
+    int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a_layout, CUDA_R_16BF, a_rows, a_cols, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b_layout, CUDA_R_16BF, b_rows, b_cols, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d_layout, CUDA_R_16BF, m, n, ldd));
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cublaslt_workspace_size,
+        sizeof(cublaslt_workspace_size)));
+    const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const uint32_t aligns[4] = {(uint32_t)align_a, (uint32_t)align_b, (uint32_t)align_d,
+                                (uint32_t)align_d};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i],
+                                                          sizeof(aligns[i])));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, p->desc, p->a_layout,
+                                                p->b_layout, p->d_layout, p->d_layout, pref, 1,
+                                                &result, &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (found == 0) {
+        fprintf(stderr,
+                "error: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d (lda=%d ldb=%d "
+                "ldd=%d, bias %d, pointer alignments %d %d %d bytes)\n",
+                m, n, k, lda, ldb, ldd, has_bias, align_a, align_b, align_d);
+        exit(1);
+    }
+    p->algo = result.algo;
+    plans_count++;
+    return p;
+}
+
+// D (m,n) = op(A) @ op(B) [+ bias over rows of D] [+ D], column-major, bf16, fp32 accumulation
+static void lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                      const floatX *A, int lda, const floatX *B, int ldb, floatX *D, int ldd,
+                      const floatX *bias, int accumulate) {
+    MatmulPlan *p = get_plan(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, accumulate,
+                             pointer_alignment(A), pointer_alignment(B), pointer_alignment(D));
+    if (bias) {
+        if (!is_aligned16(bias)) {
+            fprintf(stderr, "error: matmul: cuBLASLt needs the bias at a 16-byte aligned address\n");
+            exit(1);
+        }
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias, sizeof(bias)));
+    }
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle, p->desc, &alpha, A, p->a_layout, B, p->b_layout,
+                                &beta, D, p->d_layout, D, p->d_layout, &p->algo,
+                                cublaslt_workspace, cublaslt_workspace_size, cuda_stream));
+}
+
+void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const floatX *bias,
+                    int N, int C, int OC) {
+    // out^T (OC,N) = weight (OC,C) @ inp^T (C,N); weight is stored column-major as (C,OC)
+    lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, bias, 0);
+}
+
+// ----------------------------------------------------------------------------------------
+// dbias (OC) += colsum(dout (N,OC)): each block sums a slice of rows for 32*VEC columns into
+// partial[blockIdx.y][col]; a second kernel adds the partials in a fixed order into dbias.
+
+enum { BIAS_ROW_LANES = 8 };
+
+template <int VEC>
+__global__ void __launch_bounds__(32 * BIAS_ROW_LANES)
+    bias_partial_sums_kernel(float *partial, const bf16 *dout, int N, int OC, int rows_per_block) {
+    __shared__ float sums[BIAS_ROW_LANES][VEC][32];
+    const int col = (blockIdx.x * 32 + threadIdx.x) * VEC;
+    const int row_begin = blockIdx.y * rows_per_block;
+    const int row_end = min(N, row_begin + rows_per_block);
+    float acc[VEC] = {};
+    if (col < OC) {
+        for (int row = row_begin + threadIdx.y; row < row_end; row += BIAS_ROW_LANES) {
+            float x[VEC];
+            load_bf16<VEC>(x, dout + (size_t)row * OC + col);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) acc[k] += x[k];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++) sums[threadIdx.y][k][threadIdx.x] = acc[k];
+    __syncthreads();
+    if (threadIdx.y == 0 && col < OC) {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int lane = 0; lane < BIAS_ROW_LANES; lane++) s += sums[lane][k][threadIdx.x];
+            partial[(size_t)blockIdx.y * OC + col + k] = s;
+        }
+    }
+}
+
+__global__ void bias_accumulate_kernel(bf16 *dbias, const float *partial, int slices, int OC) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    float s = __bfloat162float(dbias[col]);
+    float sum = 0.0f;
+    for (int i = 0; i < slices; i++) sum += partial[(size_t)i * OC + col];
+    dbias[col] = __float2bfloat16_rn(s + sum);
+}
+
+static float *bias_partial = NULL;   // scratch for the partial column sums, grown on demand
+static size_t bias_partial_capacity = 0;
+
+static void bias_backward(floatX *dbias, const floatX *dout, int N, int OC) {
+    const int vec = (OC % 8 == 0 && is_aligned16(dout)) ? 8 : 1;
+    const int col_blocks = ceil_div(OC, 32 * vec);
+    // about 8 blocks per SM in all, each over at least 64 rows
+    int slices = (8 * cuda_num_sms) / col_blocks;
+    if (slices < 1) slices = 1;
+    if (slices > ceil_div(N, 64)) slices = ceil_div(N, 64);
+    const int rows_per_block = ceil_div(N, slices);
+    slices = ceil_div(N, rows_per_block);
+    size_t need = (size_t)slices * OC;
+    if (need > bias_partial_capacity) {
+        dev_free(bias_partial);
+        bias_partial = (float *)dev_malloc(need * sizeof(float), "matmul bias-gradient partial sums");
+        bias_partial_capacity = need;
+    }
+    dim3 grid(col_blocks, slices), block(32, BIAS_ROW_LANES);
+    if (vec == 8)
+        bias_partial_sums_kernel<8><<<grid, block, 0, cuda_stream>>>(bias_partial, CBF(dout), N,
+                                                                     OC, rows_per_block);
+    else
+        bias_partial_sums_kernel<1><<<grid, block, 0, cuda_stream>>>(bias_partial, CBF(dout), N,
+                                                                     OC, rows_per_block);
+    LAUNCH_CHECK();
+    bias_accumulate_kernel<<<ceil_div(OC, 256), 256, 0, cuda_stream>>>(BF(dbias), bias_partial,
+                                                                       slices, OC);
+    LAUNCH_CHECK();
+}
+
+void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
+                     const floatX *inp, const floatX *weight, int N, int C, int OC) {
+    // dinp^T (C,N) = weight^T (C,OC) @ dout^T (OC,N); weight is stored column-major as (C,OC)
+    if (dinp) lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, NULL, 0);
+    // dweight^T (C,OC) += inp^T (C,N) @ dout (N,OC)
+    lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1);
+    if (dbias) bias_backward(dbias, dout, N, OC);
+}
