@@ -81,18 +81,34 @@ static inline uint64_t mix64(uint64_t x) {   // splitmix64's finaliser
     return x;
 }
 
+static inline uint64_t load64(const uint8_t *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+static inline uint64_t load32(const uint8_t *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return w;
+}
+
+// Whole-word loads only (a byte-by-byte tail copied into a word stalls store forwarding); short
+// and ragged tails are read as two overlapping words, the length being mixed in first.
 static inline uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
-        h ^= h >> 29;
-        p += 8;
-        n -= 8;
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n, w;
+    if (n >= 8) {
+        const uint8_t *last = p + n - 8;
+        for (; p < last; p += 8) {
+            h = (h ^ load64(p)) * 0xbf58476d1ce4e5b9ULL;
+            h ^= h >> 29;
+        }
+        w = load64(last);
+    } else if (n >= 4) {
+        w = load32(p) | load32(p + n - 4) << 32;
+    } else {
+        w = n ? (uint64_t)p[0] | (uint64_t)p[n / 2] << 8 | (uint64_t)p[n - 1] << 16 : 0;
     }
-    uint64_t w = 0;
-    memcpy(&w, p, n);
     return mix64(h ^ w);
 }
 
@@ -640,17 +656,18 @@ void bpe_free(BPE *bpe) {
 
 // Pieces up to CACHE_MAX_PIECE bytes are remembered: natural text repeats its words, and a hit
 // skips the merge loop. The cache is a fixed-size open-addressing table that is emptied when
-// half full, so its memory stays bounded however long the input.
-#define CACHE_SLOTS (1 << 16)
+// half full, so its memory stays bounded however long the input; it is kept small (about 1 MiB
+// in all) so that it stays in the CPU's L2 cache, which matters more for speed than hit rate.
+#define CACHE_SLOTS (1 << 15)
+#define CACHE_ENTRIES (CACHE_SLOTS / 2)
 #define CACHE_MAX_PIECE 64
-#define CACHE_KEY_ARENA (CACHE_SLOTS / 2 * 16)
-#define CACHE_ID_ARENA (CACHE_SLOTS / 2 * 4)
+#define CACHE_KEY_ARENA (CACHE_ENTRIES * 16)
+#define CACHE_ID_ARENA (CACHE_ENTRIES * 4)
 
 typedef struct {
-    uint64_t hash;
-    uint32_t key_off, id_off;
-    uint16_t key_len;          // 0: empty slot
-    uint16_t n_ids;
+    uint32_t tag;              // the high half of the piece's hash, with bit 0 set; 0: empty
+    uint32_t key_off, id_off;  // into key_arena, id_arena
+    uint8_t key_len, n_ids;
 } CacheSlot;
 
 struct BPEScratch {
@@ -664,7 +681,7 @@ struct BPEScratch {
     CacheSlot *slots;
     uint8_t *key_arena;
     int *id_arena;
-    size_t used_slots, key_used, id_used;
+    size_t used_entries, key_used, id_used;
     size_t pieces, hits;
 };
 
@@ -710,7 +727,7 @@ void bpe_scratch_stats(const BPEScratch *s, size_t *pieces, size_t *cache_hits) 
 
 static void cache_clear(BPEScratch *s) {
     memset(s->slots, 0, CACHE_SLOTS * sizeof(CacheSlot));
-    s->used_slots = s->key_used = s->id_used = 0;
+    s->used_entries = s->key_used = s->id_used = 0;
 }
 
 // ---- byte-level BPE of one piece ----------------------------------------------------------------
@@ -787,21 +804,24 @@ static void merge_piece(const BPE *bpe, BPEScratch *s, const uint8_t *p, size_t 
     for (int i = 0; i != end; i = next[i]) tokenlist_push(out, sym[i]);
 }
 
-static void encode_piece(const BPE *bpe, BPEScratch *s, const uint8_t *p, size_t n, TokenList *out) {
+static inline int cacheable(size_t n) { return n >= 2 && n <= CACHE_MAX_PIECE; }
+
+// Encode one piece; h is hash_bytes(p, n) when the piece is cacheable.
+static void encode_piece(const BPE *bpe, BPEScratch *s, const uint8_t *p, size_t n, uint64_t h, TokenList *out) {
     s->pieces++;
     if (n == 1) {
         tokenlist_push(out, bpe->byte_token[p[0]]);
         return;
     }
-    if (n > CACHE_MAX_PIECE) {
+    if (!cacheable(n)) {
         merge_piece(bpe, s, p, n, out);
         return;
     }
-    uint64_t h = hash_bytes(p, n);
+    uint32_t tag = (uint32_t)(h >> 32) | 1;
     size_t i = h & (CACHE_SLOTS - 1);
-    for (; s->slots[i].key_len; i = (i + 1) & (CACHE_SLOTS - 1)) {
+    for (; s->slots[i].tag; i = (i + 1) & (CACHE_SLOTS - 1)) {
         CacheSlot *c = &s->slots[i];
-        if (c->hash == h && c->key_len == n && memcmp(s->key_arena + c->key_off, p, n) == 0) {
+        if (c->tag == tag && c->key_len == n && memcmp(s->key_arena + c->key_off, p, n) == 0) {
             s->hits++;
             tokenlist_extend(out, s->id_arena + c->id_off, c->n_ids);
             return;
@@ -810,25 +830,44 @@ static void encode_piece(const BPE *bpe, BPEScratch *s, const uint8_t *p, size_t
     size_t before = out->len;
     merge_piece(bpe, s, p, n, out);
     size_t n_ids = out->len - before;
-    if (s->used_slots + 1 > CACHE_SLOTS / 2 || s->key_used + n > CACHE_KEY_ARENA ||
-        s->id_used + n_ids > CACHE_ID_ARENA) {
+    if (s->used_entries == CACHE_ENTRIES || s->key_used + n > CACHE_KEY_ARENA || s->id_used + n_ids > CACHE_ID_ARENA) {
         cache_clear(s);
-        for (i = h & (CACHE_SLOTS - 1); s->slots[i].key_len; i = (i + 1) & (CACHE_SLOTS - 1)) {}
+        i = h & (CACHE_SLOTS - 1);
     }
     CacheSlot *c = &s->slots[i];
-    c->hash = h;
+    c->tag = tag;
     c->key_off = (uint32_t)s->key_used;
-    c->key_len = (uint16_t)n;
+    c->key_len = (uint8_t)n;
     c->id_off = (uint32_t)s->id_used;
-    c->n_ids = (uint16_t)n_ids;
+    c->n_ids = (uint8_t)n_ids;
     memcpy(s->key_arena + s->key_used, p, n);
     memcpy(s->id_arena + s->id_used, out->ids + before, n_ids * sizeof(int));
     s->key_used += n;
     s->id_used += n_ids;
-    s->used_slots++;
+    s->used_entries++;
 }
 
 // ---- the pre-tokenizer ----------------------------------------------------------------------
+
+// Pieces are found in batches and their cache slots prefetched before any is looked up, so the
+// cache misses of a batch overlap instead of coming one after another.
+#define PIECE_BATCH 32
+
+typedef struct {
+    size_t start, len;
+    uint64_t hash;
+} Piece;
+
+static void encode_batch(const BPE *bpe, BPEScratch *s, const uint8_t *subject, Piece *pieces, int count,
+                         TokenList *out) {
+    for (int i = 0; i < count; i++) {
+        if (!cacheable(pieces[i].len)) continue;
+        pieces[i].hash = hash_bytes(subject + pieces[i].start, pieces[i].len);
+        __builtin_prefetch(&s->slots[pieces[i].hash & (CACHE_SLOTS - 1)]);
+    }
+    for (int i = 0; i < count; i++)
+        encode_piece(bpe, s, subject + pieces[i].start, pieces[i].len, pieces[i].hash, out);
+}
 
 // Encode the pieces of text[begin, end); the regex sees text up to subject_end >= end, and end is
 // a cut or equal to subject_end, so no piece crosses it.
@@ -837,6 +876,8 @@ static void encode_ordinary(const BPE *bpe, BPEScratch *s, const uint8_t *text, 
     const uint8_t *subject = text + begin;
     size_t length = subject_end - begin, stop = end - begin, pos = 0;
     PCRE2_SIZE *ovector = pcre2_get_ovector_pointer(s->match);
+    Piece batch[PIECE_BATCH + 1];
+    int count = 0;
     while (pos < stop) {
         int rc = bpe->regex_jit
                      ? pcre2_jit_match(bpe->regex, subject, length, pos, 0, s->match, s->match_ctx)
@@ -852,12 +893,17 @@ static void encode_ordinary(const BPE *bpe, BPEScratch *s, const uint8_t *text, 
         }
         // bytes the regex skipped are not valid UTF-8: each such run is a piece of its own
         size_t gap_end = match_start < stop ? match_start : stop;
-        if (gap_end > pos) encode_piece(bpe, s, subject + pos, gap_end - pos, out);
+        if (gap_end > pos) batch[count++] = (Piece){pos, gap_end - pos, 0};
         if (match_start >= stop) break;
         if (match_end <= match_start) die("GPT-2 pre-tokenizer regex matched nothing at byte %zu", begin + pos);
-        encode_piece(bpe, s, subject + match_start, match_end - match_start, out);
+        batch[count++] = (Piece){match_start, match_end - match_start, 0};
         pos = match_end;
+        if (count >= PIECE_BATCH) {
+            encode_batch(bpe, s, subject, batch, count, out);
+            count = 0;
+        }
     }
+    encode_batch(bpe, s, subject, batch, count, out);
 }
 
 void bpe_encode_range(const BPE *bpe, BPEScratch *s, const uint8_t *text, size_t n, size_t begin,
