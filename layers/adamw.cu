@@ -126,10 +126,11 @@ __global__ void __launch_bounds__(SUMSQ_THREADS)
     const size_t stride = (size_t)gridDim.x * SUMSQ_THREADS * VEC;
     for (size_t i = ((size_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x) * VEC; i < n; i += stride) {
         if (i + VEC <= n) {
-            float g[VEC];
+            float g[VEC], vec_sum = 0.0f;   // summed apart first: fewer rounding steps on acc
             load_bf16<VEC>(g, grads + i);
 #pragma unroll
-            for (int k = 0; k < VEC; k++) acc += g[k] * g[k];
+            for (int k = 0; k < VEC; k++) vec_sum += g[k] * g[k];
+            acc += vec_sum;
         } else {
             for (size_t j = i; j < n; j++) {
                 float g = __bfloat162float(grads[j]);

@@ -90,3 +90,9 @@ __device__ __forceinline__ void store_bf16(bf16 *dst, const float (&src)[VEC]) {
     for (int k = 0; k < VEC; k++) h[k] = __float2bfloat16_rn(src[k]);
     *reinterpret_cast<typename BF16Raw<VEC>::type *>(dst) = raw;
 }
+
+// Deterministic end of a column reduction (layers/device.cu): with partial (slices, width) fp32
+// sums, adds the column sums in a fixed order into bf16 parameter gradients:
+// first[c] += sum_s partial[s][c] for c < split, second[c - split] += ... for c >= split.
+void add_column_sums(bf16 *first, bf16 *second, int split, const float *partial, int slices,
+                     int width);

@@ -114,6 +114,7 @@ __global__ void encoder_backward_wpe_kernel(bf16 *__restrict__ dwpe, const bf16 
     const int t = idx / nvec, c = (idx % nvec) * VEC;
     float acc[VEC];
     load_bf16<VEC>(acc, dwpe + (size_t)t * C + c);
+#pragma unroll 4
     for (int b = 0; b < B; b++) {
         float x[VEC];
         load_bf16<VEC>(x, dout + ((size_t)b * T + t) * C + c);

@@ -2,10 +2,11 @@
 // Row statistics in fp32 by two passes over the row (mean, then variance about the mean; the
 // second and third reads of a row hit L1). The weight and bias gradients are reduced
 // deterministically: per-warp accumulators in shared memory, per-block partial sums in a
-// scratch buffer, then one kernel that adds them in a fixed order into dweight and dbias.
+// scratch buffer, then add_column_sums adds them in a fixed order into dweight and dbias.
 #include "cuda_common.cuh"
 
 static const float LAYERNORM_EPS = 1e-5f;
+enum { LN_UNROLL = 4 };
 
 template <int VEC>
 __global__ void layernorm_forward_kernel(bf16 *__restrict__ out, float *__restrict__ mean,
@@ -18,12 +19,21 @@ __global__ void layernorm_forward_kernel(bf16 *__restrict__ out, float *__restri
     const bf16 *x = inp + (size_t)row * C;
     const int nvec = C / VEC;
 
+    // the one pass that reads from DRAM: LN_UNROLL vectors per lane in flight at once
     float sum = 0.0f;
-    for (int v = lane; v < nvec; v += 32) {
-        float xv[VEC];
-        load_bf16<VEC>(xv, x + v * VEC);
+    for (int base = lane; base < nvec; base += 32 * LN_UNROLL) {
+        typename BF16Raw<VEC>::type raw[LN_UNROLL];
 #pragma unroll
-        for (int k = 0; k < VEC; k++) sum += xv[k];
+        for (int u = 0; u < LN_UNROLL; u++)
+            if (base + 32 * u < nvec) raw[u] = load_bf16_raw<VEC>(x + (base + 32 * u) * VEC);
+#pragma unroll
+        for (int u = 0; u < LN_UNROLL; u++) {
+            if (base + 32 * u >= nvec) break;
+            float xv[VEC];
+            unpack_bf16<VEC>(xv, raw[u]);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) sum += xv[k];
+        }
     }
     const float m = warp_allreduce_sum(sum) / C;
 
@@ -72,7 +82,7 @@ void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
 //   dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd
 //   dweight += norm * dout, dbias += dout (summed over rows)
 
-enum { LN_BACKWARD_THREADS = 128 };
+enum { LN_BACKWARD_THREADS = 128, LN_BACKWARD_UNROLL = 2 };
 
 // Shared memory: per warp, dweight then dbias accumulators, C floats each, stored as
 // [k][v] for channel v*VEC + k so that the lanes of a warp touch consecutive words.
@@ -98,17 +108,31 @@ __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
         bf16 *dx = dinp + (size_t)row * C;
         const float m = mean[row], s = rstd[row];
 
+        // the pass that reads x and dout from DRAM: LN_BACKWARD_UNROLL vectors of each in flight
         float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-        for (int v = lane; v < nvec; v += 32) {
-            float xv[VEC], dyv[VEC], w[VEC];
-            load_bf16<VEC>(xv, x + v * VEC);
-            load_bf16<VEC>(dyv, dy + v * VEC);
-            load_bf16<VEC>(w, weight + v * VEC);
+        for (int base = lane; base < nvec; base += 32 * LN_BACKWARD_UNROLL) {
+            typename BF16Raw<VEC>::type x_raw[LN_BACKWARD_UNROLL], dy_raw[LN_BACKWARD_UNROLL];
 #pragma unroll
-            for (int k = 0; k < VEC; k++) {
-                float dnorm = w[k] * dyv[k];
-                dnorm_sum += dnorm;
-                dnorm_norm_sum += dnorm * (xv[k] - m) * s;
+            for (int u = 0; u < LN_BACKWARD_UNROLL; u++) {
+                if (base + 32 * u < nvec) {
+                    x_raw[u] = load_bf16_raw<VEC>(x + (base + 32 * u) * VEC);
+                    dy_raw[u] = load_bf16_raw<VEC>(dy + (base + 32 * u) * VEC);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < LN_BACKWARD_UNROLL; u++) {
+                const int v = base + 32 * u;
+                if (v >= nvec) break;
+                float xv[VEC], dyv[VEC], w[VEC];
+                unpack_bf16<VEC>(xv, x_raw[u]);
+                unpack_bf16<VEC>(dyv, dy_raw[u]);
+                load_bf16<VEC>(w, weight + v * VEC);
+#pragma unroll
+                for (int k = 0; k < VEC; k++) {
+                    float dnorm = w[k] * dyv[k];
+                    dnorm_sum += dnorm;
+                    dnorm_norm_sum += dnorm * (xv[k] - m) * s;
+                }
             }
         }
         const float dnorm_mean = warp_allreduce_sum(dnorm_sum) / C;
@@ -145,20 +169,6 @@ __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
     }
 }
 
-// dweight[c] += sum over blocks of partial[b][0][c], dbias likewise, in block order
-__global__ void layernorm_param_grads_kernel(bf16 *dweight, bf16 *dbias, const float *partial,
-                                             int blocks, int C) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float dw = 0.0f, db = 0.0f;
-    for (int b = 0; b < blocks; b++) {
-        dw += partial[(size_t)b * 2 * C + c];
-        db += partial[(size_t)b * 2 * C + C + c];
-    }
-    dweight[c] = __float2bfloat16_rn(__bfloat162float(dweight[c]) + dw);
-    dbias[c] = __float2bfloat16_rn(__bfloat162float(dbias[c]) + db);
-}
-
 static float *ln_partial = NULL;   // per-block partial sums, grown on demand
 static size_t ln_partial_capacity = 0;
 
@@ -190,9 +200,7 @@ static void layernorm_backward_launch(floatX *dinp, floatX *dweight, floatX *dbi
     layernorm_backward_kernel<VEC><<<blocks, LN_BACKWARD_THREADS, smem, cuda_stream>>>(
         ln_partial, BF(dinp), CBF(dout), CBF(inp), CBF(weight), mean, rstd, N, C);
     LAUNCH_CHECK();
-    layernorm_param_grads_kernel<<<ceil_div(C, 256), 256, 0, cuda_stream>>>(
-        BF(dweight), BF(dbias), ln_partial, blocks, C);
-    LAUNCH_CHECK();
+    add_column_sums(BF(dweight), BF(dbias), C, ln_partial, blocks, 2 * C);
 }
 
 void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,

@@ -125,7 +125,7 @@ void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const 
 
 // ----------------------------------------------------------------------------------------
 // dbias (OC) += colsum(dout (N,OC)): each block sums a slice of rows for 32*VEC columns into
-// partial[blockIdx.y][col]; a second kernel adds the partials in a fixed order into dbias.
+// partial[blockIdx.y][col]; add_column_sums adds the partials in a fixed order into dbias.
 
 enum { BIAS_ROW_LANES = 8 };
 
@@ -159,15 +159,6 @@ __global__ void __launch_bounds__(32 * BIAS_ROW_LANES)
     }
 }
 
-__global__ void bias_accumulate_kernel(bf16 *dbias, const float *partial, int slices, int OC) {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= OC) return;
-    float s = __bfloat162float(dbias[col]);
-    float sum = 0.0f;
-    for (int i = 0; i < slices; i++) sum += partial[(size_t)i * OC + col];
-    dbias[col] = __float2bfloat16_rn(s + sum);
-}
-
 static float *bias_partial = NULL;   // scratch for the partial column sums, grown on demand
 static size_t bias_partial_capacity = 0;
 
@@ -194,9 +185,7 @@ static void bias_backward(floatX *dbias, const floatX *dout, int N, int OC) {
         bias_partial_sums_kernel<1><<<grid, block, 0, cuda_stream>>>(bias_partial, CBF(dout), N,
                                                                      OC, rows_per_block);
     LAUNCH_CHECK();
-    bias_accumulate_kernel<<<ceil_div(OC, 256), 256, 0, cuda_stream>>>(BF(dbias), bias_partial,
-                                                                       slices, OC);
-    LAUNCH_CHECK();
+    add_column_sums(BF(dbias), NULL, OC, bias_partial, slices, OC);
 }
 
 void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
