@@ -101,6 +101,15 @@ __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// *dst += v, two adjacent floats: one vector reduction (RED.E.ADD.F32x2) on sm_90
+__device__ __forceinline__ void atomic_add_float2(float *dst, float2 v) {
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(dst), v);
+#else
+    atomicAdd(dst, v.x);
+    atomicAdd(dst + 1, v.y);
+#endif
+}
 // two floats -> bf16x2 (round to nearest even), `lo` in the low half
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -424,7 +433,7 @@ __global__ void __launch_bounds__(kFwdThreads)
 //       dS^T = P^T * (dP^T - D[col])
 //       dV  += P^T dO,  dK += dS^T Q        (P^T and dS^T stay in registers as A operands)
 //       dS^T -> shared memory; barrier; then the block computes dQ_tile = dS K (BR x HS, each
-//       warp 16 query rows x HS*BR/(16*KV_WARPS) columns) and adds it into the fp32 dQ
+//       warp 32 query rows x HS*BR/(32*KV_WARPS) columns) and adds it into the fp32 dQ
 //       accumulator, (B, T, NH, HS) in scratch, with atomics (float2: one vector RED each).
 //     At the end dK (times scale) and dV are written once, as bf16, into packed dqkv.
 //  3. convert: dq (bf16) = scale * accumulator, into packed dqkv.
@@ -510,15 +519,13 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
     constexpr int KQ = BR / 16;         // k-steps over queries (dV, dK)
     constexpr int NHd = HS / 8;         // n-tiles over the head dim (dV, dK)
     constexpr bool KV_IN_REGS = HS <= 64;
-    // dQ split: ROW_GROUPS warps along the query rows, COL_GROUPS along the head dim
-    constexpr int ROW_GROUPS = BR / 16;
-    constexpr int COL_GROUPS = KV_WARPS / ROW_GROUPS;
-    constexpr int DQ_COLS = HS / COL_GROUPS;               // head-dim columns per warp
-    // dQ columns computed at a time: at HS=128 only 32, so that their accumulators and
-    // operands fit beside dK's and dV's 128 registers without spilling
-    constexpr int DQ_MAX = HS <= 64 ? 64 : 32;
-    constexpr int DQ_PIECE = DQ_COLS < DQ_MAX ? DQ_COLS : DQ_MAX;
-    static_assert(KV_WARPS % ROW_GROUPS == 0 && DQ_COLS % 16 == 0, "dQ warp split");
+    // dQ split: DQ_ROW_GROUPS of 32 query rows (two mma tiles, so that each K fragment feeds
+    // two mma) times DQ_COL_GROUPS of DQ_COLS head-dim columns, one warp each
+    constexpr int DQ_ROW_GROUPS = BR / 32;
+    constexpr int DQ_COL_GROUPS = KV_WARPS / DQ_ROW_GROUPS;
+    constexpr int DQ_COLS = HS / DQ_COL_GROUPS;
+    static_assert(BR % 32 == 0 && KV_WARPS % DQ_ROW_GROUPS == 0, "dQ warp split");
+    static_assert(DQ_COLS % 16 == 0 && DQ_COLS <= 32, "dQ accumulators: at most 32 registers");
     static_assert(2 * BR <= THREADS, "one thread per logsumexp / D element");
 
     extern __shared__ __align__(16) unsigned char smem[];
@@ -681,39 +688,44 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
         }
         __syncthreads();   // dS^T of all warps in shared memory
 
-        // dQ rows q0 + 16*rg .. +15, columns col0.. : dS (from dS^T via .trans) times K
-        const int rg = warp % ROW_GROUPS, cg = warp / ROW_GROUPS;
+        // dQ rows q0 + 32*rg .. +31, columns col0 .. +DQ_COLS-1: dS (dS^T via .trans) times K
+        const int rg = warp % DQ_ROW_GROUPS, col0 = (warp / DQ_ROW_GROUPS) * DQ_COLS;
+        float acc[2][DQ_COLS / 8][4];
 #pragma unroll
-        for (int piece = 0; piece < DQ_COLS / DQ_PIECE; piece++) {
-            const int col0 = cg * DQ_COLS + piece * DQ_PIECE;
-            float acc[DQ_PIECE / 8][4];
+        for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int n = 0; n < DQ_PIECE / 8; n++)
+            for (int n = 0; n < DQ_COLS / 8; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+                for (int e = 0; e < 4; e++) acc[mt][n][e] = 0.0f;
 #pragma unroll
-            for (int kc = 0; kc < BC / 16; kc++) {
-                uint32_t dsf[4];
-                ldsm_x4_trans(dsf, b_addr<BR>(sdS, la, kc * 16, 2 * rg));
+        for (int kc = 0; kc < BC / 16; kc++) {
+            uint32_t dsf[2][4];
 #pragma unroll
-                for (int np = 0; np < DQ_PIECE / 16; np++) {
-                    uint32_t kb[4];
-                    ldsm_x4_trans(kb, a_addr<HS>(sK, la, kc * 16, col0 / 8 + 2 * np));
-                    mma_bf16(acc[2 * np], dsf, kb[0], kb[1]);
-                    mma_bf16(acc[2 * np + 1], dsf, kb[2], kb[3]);
+            for (int mt = 0; mt < 2; mt++)
+                ldsm_x4_trans(dsf[mt], b_addr<BR>(sdS, la, kc * 16, 2 * (2 * rg + mt)));
+#pragma unroll
+            for (int np = 0; np < DQ_COLS / 16; np++) {
+                uint32_t kb[4];
+                ldsm_x4_trans(kb, a_addr<HS>(sK, la, kc * 16, col0 / 8 + 2 * np));
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_bf16(acc[mt][2 * np], dsf[mt], kb[0], kb[1]);
+                    mma_bf16(acc[mt][2 * np + 1], dsf[mt], kb[2], kb[3]);
                 }
             }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
-                const int q = q0 + rg * 16 + g + hf * 8;
+                const int q = q0 + rg * 32 + mt * 16 + g + hf * 8;
                 if (q >= T) continue;
                 float *dst = dq_accum + ((size_t)(b * T + q) * NH + h) * HS + col0 + 2 * t4;
 #pragma unroll
-                for (int n = 0; n < DQ_PIECE / 8; n++)
-                    atomicAdd(reinterpret_cast<float2 *>(dst + n * 8),
-                              make_float2(acc[n][2 * hf], acc[n][2 * hf + 1]));
+                for (int n = 0; n < DQ_COLS / 8; n++)
+                    atomic_add_float2(dst + n * 8,
+                                      make_float2(acc[mt][n][2 * hf], acc[mt][n][2 * hf + 1]));
             }
-        }
     }
 
     // dK = scale * sum dS^T Q, dV = sum P^T dO: written once into packed dqkv
