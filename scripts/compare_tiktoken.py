@@ -9,6 +9,7 @@ download happens.
       --bins data/tinyshakespeare/tiny_shakespeare --tokenize ./tokenize [--random 2000] [--time]
 
   --bins PREFIX   compare PREFIX_{val,train}.bin with llm.c's tinyshakespeare.py preparation
+  --tokenizer-file FILE   compare FILE byte for byte with the file llm.c's train_gpt2.py writes
   --random N      N random strings (ASCII, Unicode, whitespace soup) through ./tokenize vs tiktoken
   --time          tiktoken's single-thread encode_ordinary MB/s on --input (median of 5 runs)
 """
@@ -64,12 +65,21 @@ def random_text(rng):
     return "".join(out)
 
 
+def llmc_tokenizer_file(enc):
+    # llm.c train_gpt2.py write_tokenizer: version 2, then a length byte and the bytes of each token
+    n = enc.max_token_value + 1
+    header = struct.pack("<256i", *([20240328, 2, n, enc.eot_token] + [0] * 252))
+    body = b"".join(bytes([len(b)]) + b for b in (enc.decode_bytes([i]) for i in range(n)))
+    return header + body
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vocab", default="data/gpt2")
     ap.add_argument("--input", default="data/tinyshakespeare/input.txt")
     ap.add_argument("--bins")
     ap.add_argument("--tokenize", default="./tokenize")
+    ap.add_argument("--tokenizer-file")
     ap.add_argument("--random", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--time", action="store_true")
@@ -86,6 +96,11 @@ def main():
             print("%s: tiktoken %d tokens, C %d tokens: %s" % (name, len(want), len(got),
                   "identical" if same else "DIFFERENT"))
             failures += not same
+
+    if args.tokenizer_file:
+        same = open(args.tokenizer_file, "rb").read() == llmc_tokenizer_file(enc)
+        print("%s: %s llm.c's" % (args.tokenizer_file, "identical to" if same else "DIFFERENT from"))
+        failures += not same
 
     if args.random:
         rng = random.Random(args.seed)
