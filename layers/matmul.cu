@@ -15,6 +15,7 @@ typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
     cublasLtMatmulAlgo_t algo;
+    int use_gemm_ex;   // cuBLASLt offered no algorithm (odd shapes): plain cuBLAS, bias apart
 } MatmulPlan;
 
 enum { MAX_PLANS = 256 };
@@ -81,20 +82,31 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
                                                           sizeof(aligns[i])));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, p->desc, p->a_layout,
-                                                p->b_layout, p->d_layout, p->d_layout, pref, 1,
-                                                &result, &found));
+    // "not supported" is how the heuristic may say it found nothing: any failure here falls back
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        cublaslt_handle, p->desc, p->a_layout, p->b_layout, p->d_layout, p->d_layout, pref, 1,
+        &result, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found == 0) {
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+        p->use_gemm_ex = 1;
         fprintf(stderr,
-                "error: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d (lda=%d ldb=%d "
-                "ldd=%d, bias %d, pointer alignments %d %d %d bytes)\n",
-                m, n, k, lda, ldb, ldd, has_bias, align_a, align_b, align_d);
-        exit(1);
+                "note: cuBLASLt has no algorithm for the bf16 GEMM m=%d n=%d k=%d (lda=%d ldb=%d "
+                "ldd=%d, pointer alignments %d %d %d bytes, bias %d): using cublasGemmEx\n",
+                m, n, k, lda, ldb, ldd, align_a, align_b, align_d, has_bias);
+    } else {
+        p->algo = result.algo;
     }
-    p->algo = result.algo;
     plans_count++;
     return p;
+}
+
+// D[i, j] += bias[i] for the (m,n) column-major D of the cublasGemmEx fallback
+__global__ void add_bias_kernel(bf16 *D, const bf16 *bias, int m, int n, int ldd) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)m * n) return;
+    const int i = (int)(idx % m), j = (int)(idx / m);
+    bf16 *d = D + (size_t)j * ldd + i;
+    *d = __float2bfloat16_rn(__bfloat162float(*d) + __bfloat162float(bias[i]));
 }
 
 // D (m,n) = op(A) @ op(B) [+ bias over rows of D] [+ D], column-major, bf16, fp32 accumulation
@@ -103,15 +115,22 @@ static void lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m,
                       const floatX *bias, int accumulate) {
     MatmulPlan *p = get_plan(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, accumulate,
                              pointer_alignment(A), pointer_alignment(B), pointer_alignment(D));
-    if (bias) {
-        if (!is_aligned16(bias)) {
-            fprintf(stderr, "error: matmul: cuBLASLt needs the bias at a 16-byte aligned address\n");
-            exit(1);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    // the bias epilogue needs a 16-byte aligned bias; without one, the bias goes apart too
+    if (p->use_gemm_ex || (bias && !is_aligned16(bias))) {
+        CUBLAS_CHECK(cublasGemmEx(cublas_handle, transa, transb, m, n, k, &alpha, A, CUDA_R_16BF,
+                                  lda, B, CUDA_R_16BF, ldb, &beta, D, CUDA_R_16BF, ldd,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        if (bias) {
+            add_bias_kernel<<<ceil_div((long)m * n, 256), 256, 0, cuda_stream>>>(BF(D), CBF(bias), m, n, ldd);
+            LAUNCH_CHECK();
         }
+        return;
+    }
+    if (bias) {
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &bias, sizeof(bias)));
     }
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle, p->desc, &alpha, A, p->a_layout, B, p->b_layout,
                                 &beta, D, p->d_layout, D, p->d_layout, &p->algo,
                                 cublaslt_workspace, cublaslt_workspace_size, cuda_stream));

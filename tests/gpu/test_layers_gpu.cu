@@ -373,15 +373,20 @@ static void test_layernorm(void) {
 // ----------------------------------------------------------------------------------------
 // matmul
 
-static void test_matmul_case(int N, int C, int OC, bool with_bias) {
-    printf("  matmul N=%d C=%d OC=%d %s\n", N, C, OC, with_bias ? "bias" : "no bias");
+static void test_matmul_case(int N, int C, int OC, bool with_bias, int bias_misalign = 0) {
+    printf("  matmul N=%d C=%d OC=%d %s%s\n", N, C, OC, with_bias ? "bias" : "no bias",
+           bias_misalign ? " (bias misaligned by one element)" : "");
     const size_t nc = (size_t)N * C, no = (size_t)N * OC, oc = (size_t)OC * C;
     float *inp = host_random(nc, 1.0f), *weight = host_random(oc, 1.0f);
     float *bias = with_bias ? host_random(OC, 1.0f) : NULL;
     float *out = host_alloc(no);
     cpu_matmul_forward(out, inp, weight, bias, N, C, OC);
     floatX *d_inp = dev_bf16(inp, nc), *d_weight = dev_bf16(weight, oc);
-    floatX *d_bias = with_bias ? dev_bf16(bias, OC) : NULL;
+    floatX *d_bias = NULL;
+    if (with_bias) {
+        d_bias = (floatX *)dev_malloc((OC + 1) * sizeof(floatX), "test") + bias_misalign;
+        floatX_upload(d_bias, bias, OC);
+    }
     floatX *d_out = (floatX *)dev_malloc(no * sizeof(floatX), "test");
     poison(d_out, no * sizeof(floatX));
     matmul_forward(d_out, d_inp, d_weight, d_bias, N, C, OC);
@@ -410,7 +415,7 @@ static void test_matmul_case(int N, int C, int OC, bool with_bias) {
     expect_close("dweight, dinp NULL", again_dweight, dweight, oc, BF16_TOL);
     if (with_bias) expect_identical("dbias deterministic", again_dbias, got_dbias, OC);
 
-    dev_free(d_inp); dev_free(d_weight); if (d_bias) dev_free(d_bias); dev_free(d_out);
+    dev_free(d_inp); dev_free(d_weight); if (d_bias) dev_free(d_bias - bias_misalign); dev_free(d_out);
     dev_free(d_dout); dev_free(d_dinp); dev_free(d_dweight); dev_free(d_dbias);
     free(inp); free(weight); free(bias); free(out); free(got_out); free(dout); free(dweight0);
     free(dbias0); free(dinp); free(dweight); free(dbias); free(got_dinp); free(got_dweight);
@@ -424,6 +429,7 @@ static void test_matmul(void) {
     test_matmul_case(65, 3072, 768, true);   // fc projection
     test_matmul_case(77, 768, 50304, false); // lm head: no bias
     test_matmul_case(1, 64, 48, true);
+    test_matmul_case(37, 768, 768, true, 1); // the bias apart from the GEMM
     test_matmul_case(33, 40, 24, true);
     test_matmul_case(33, 36, 20, true);      // rows not 16-byte multiples: cuBLASLt's slow paths
 }
