@@ -26,7 +26,8 @@
 //
 // ldmatrix.x4 loads four 8x8 bf16 matrices from shared memory; lanes 8i..8i+7 give the row
 // addresses of matrix i, and lane 4g+t receives row g, columns 2t..2t+1 of each matrix (with
-// .trans: column g, rows 2t..2t+1). Three address patterns cover every operand here:
+// .trans: column g, rows 2t..2t+1). Two address patterns, each plain or .trans, cover every
+// operand here:
 //   A pattern   row = r0 + lane%16, 16-byte chunk = c0 + lane/16:
 //               plain: the A fragment of a row-major 16x16 block (Q, K, V as A operands);
 //               .trans: the B fragments of two n-tiles of a row-major (k x n) block (V, dO, Q,
@@ -42,7 +43,6 @@
 // ldmatrix phase (8 consecutive rows, one chunk each) then fall into 8 different 16-byte bank
 // groups: no bank conflicts, no padding. Loads are cp.async (16 bytes a thread, L2 only),
 // zero-filled past T.
-#include <float.h>
 #include <stdint.h>
 
 #include "../layers/cuda_common.cuh"
