@@ -13,6 +13,7 @@
 // longest stretch without a newline must fit). Each block is cut where the encoding provably
 // does not depend on the cut (see bpe_find_cut), and the parts are encoded on --threads threads;
 // the output is identical for every thread count. Both files are written atomically.
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,13 @@ static void output_open(Output *o, const char *prefix, size_t val_target) {
 static void output_abort(Output *o) {
     atomic_abort(&o->val);
     atomic_abort(&o->train);
+}
+
+// The output being written, until committed: whatever ends the program early (die() included)
+// removes its temporary files, so a failed run leaves nothing behind.
+static Output *pending_output;
+static void remove_pending_output(void) {
+    if (pending_output) output_abort(pending_output);
 }
 
 static void output_tokens(Output *o, const int *ids, size_t n) {
@@ -308,6 +316,8 @@ int main(int argc, char **argv) {
     long total = fstat(fileno(in), &st) == 0 && S_ISREG(st.st_mode) ? (long)st.st_size : -1;
     Output out;
     output_open(&out, o.prefix, o.val_tokens);   // fails before any work when the folder is unwritable
+    pending_output = &out;
+    atexit(remove_pending_output);
 
     Worker *workers = calloc((size_t)o.threads, sizeof(Worker));
     if (!workers) die("out of memory");
@@ -317,6 +327,7 @@ int main(int argc, char **argv) {
     if (!buf) die("out of memory for a %zu-byte read buffer", cap);
     ItemList items = {0}, split = {0};
     int eof = 0, at_section_start = 1;
+    double encode_s = 0.0;   // time in the encoder alone
     while (!eof) {
         if (cap - len < o.block) {   // a long stretch without a cut: grow
             cap = 2 * cap;
@@ -325,10 +336,7 @@ int main(int argc, char **argv) {
         }
         size_t got = fread(buf + len, 1, o.block, in);
         if (got < o.block) {
-            if (ferror(in)) {
-                output_abort(&out);
-                die("%s: read error", o.input);
-            }
+            if (ferror(in)) die("%s: read error: %s", o.input, strerror(errno));   // the output is removed at exit
             eof = 1;
         }
         len += got;
@@ -336,7 +344,9 @@ int main(int argc, char **argv) {
         items.len = 0;
         size_t used = make_items(&o, buf, len, eof, &at_section_start, &items);
         split_long_items(buf, &items, &split, o.block / (4 * (size_t)o.threads) + 4096);
+        double e0 = wall_seconds();
         encode_items(&bpe, workers, o.threads, buf, &split, o.special);
+        encode_s += wall_seconds() - e0;
         for (int t = 0; t < o.threads; t++) {
             output_tokens(&out, workers[t].out.ids, workers[t].out.len);
             tokens += workers[t].out.len;
@@ -346,11 +356,8 @@ int main(int argc, char **argv) {
         progress(&o, bytes_read, total, tokens, t0, eof);
     }
     fclose(in);
-    size_t n_val = out.n_val, n_train = out.n_train;
-    char prefix_val[4096], prefix_train[4096];
-    snprintf(prefix_val, sizeof(prefix_val), "%s", out.val.path);
-    snprintf(prefix_train, sizeof(prefix_train), "%s", out.train.path);
     output_commit(&out);
+    pending_output = NULL;
     double dt = wall_seconds() - t0;
     size_t pieces = 0, hits = 0;
     for (int t = 0; t < o.threads; t++) {
@@ -361,12 +368,13 @@ int main(int argc, char **argv) {
         bpe_scratch_free(workers[t].scratch);
         tokenlist_free(&workers[t].out);
     }
-    printf("%s: %zu bytes -> %zu tokens in %.2f s (%.1f MB/s on %d thread%s, %.1f%% of pieces from the cache)\n",
-           o.input, bytes_read, tokens, dt, dt > 0 ? bytes_read / dt / 1e6 : 0.0, o.threads,
-           o.threads == 1 ? "" : "s", pieces ? 100.0 * hits / pieces : 0.0);
-    printf("wrote %s: %zu tokens, %zu bytes\n", prefix_val, n_val, TOKEN_FILE_HEADER_BYTES + 2 * n_val);
-    printf("wrote %s: %zu tokens, %zu bytes\n", prefix_train, n_train, TOKEN_FILE_HEADER_BYTES + 2 * n_train);
-    if (n_train == 0) fprintf(stderr, "warning: %zu tokens in all, so the train split is empty\n", tokens);
+    printf("%s: %zu bytes -> %zu tokens; encoding %.3f s (%.1f MB/s on %d thread%s, %.1f%% of pieces from the "
+           "cache), %.2f s in all\n", o.input, bytes_read, tokens, encode_s,
+           encode_s > 0 ? bytes_read / encode_s / 1e6 : 0.0, o.threads, o.threads == 1 ? "" : "s",
+           pieces ? 100.0 * hits / pieces : 0.0, dt);
+    printf("wrote %s: %zu tokens, %zu bytes\n", out.val.path, out.n_val, TOKEN_FILE_HEADER_BYTES + 2 * out.n_val);
+    printf("wrote %s: %zu tokens, %zu bytes\n", out.train.path, out.n_train, TOKEN_FILE_HEADER_BYTES + 2 * out.n_train);
+    if (out.n_train == 0) fprintf(stderr, "warning: %zu tokens in all, so the train split is empty\n", tokens);
     free(workers);
     free(buf);
     free(items.items);
