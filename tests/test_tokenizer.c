@@ -736,6 +736,13 @@ static void test_programs(const char *build, const char *vocab_dir, const char *
     snprintf(a, sizeof(a), "%s/never_val.bin", tmp_dir);
     CHECK(rc != 0 && strstr(out, "no-such-input.txt") && !file_exists(a),
           "prepare_data with a missing input fails naming it and writes nothing (%s)", out);
+    snprintf(cmd, sizeof(cmd), "%s --quiet --vocab %s %s %s/never", prog, vocab_dir, tmp_dir, tmp_dir);
+    rc = run_command(cmd, out, sizeof(out));   // a folder as the input: fails while reading
+    char leftovers[256];
+    snprintf(cmd, sizeof(cmd), "ls %s | grep -c 'never' ", tmp_dir);
+    run_command(cmd, leftovers, sizeof(leftovers));
+    CHECK(rc != 0 && strstr(out, "read error") && strcmp(leftovers, "0\n") == 0,
+          "prepare_data failing mid-run leaves no files, temporary ones included (%s; %s left)", out, leftovers);
     snprintf(cmd, sizeof(cmd), "%s --quiet --vocab %s/none %s/docs.txt %s/never", prog, tmp_dir, tmp_dir, tmp_dir);
     rc = run_command(cmd, out, sizeof(out));
     CHECK(rc != 0 && strstr(out, "none/vocab.bpe") && !file_exists(a),
