@@ -3,7 +3,10 @@
 //
 // Encoding is two steps. (1) The pre-tokenizer splits the text into pieces with GPT-2's regex
 //     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// run by PCRE2 (JIT-compiled, Unicode classes from PCRE2's tables). (2) Each piece's bytes are
+// run by PCRE2, JIT-compiled (\s written \p{White_Space}, the meaning it has in Python's `regex`,
+// which GPT-2 used: see bpe.c). Letter and number classes come from PCRE2's Unicode tables:
+// Debian 12's PCRE2 10.42 has Unicode 14, so characters assigned since then (CJK extension H,
+// for one) are neither letters nor numbers to it, unlike tiktoken's. (2) Each piece's bytes are
 // merged by byte-level BPE: repeatedly join the adjacent pair that comes first in vocab.bpe,
 // leftmost first among equals, until no listed pair is left. The ids are encoder.json's.
 // <|endoftext|> (id 50256) is produced only when the caller allows special tokens.
@@ -12,7 +15,8 @@
 // of them becomes a piece of its own, and every byte has a token, so decode(encode(x)) == x.
 //
 // A BPE is read-only once loaded and may be shared between threads; each thread encodes with its
-// own BPEScratch (regex match state, a cache of recently encoded pieces, work arrays).
+// own BPEScratch (regex match state, a cache of recently encoded pieces, work arrays). Memory:
+// about 40 bytes per byte of the longest piece (one run of letters, say) besides the output.
 #ifndef BPE_H
 #define BPE_H
 
