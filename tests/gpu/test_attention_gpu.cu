@@ -4,7 +4,10 @@
 //
 // Every run draws fresh random inputs (seed printed; TEST_SEED=<seed> replays it), poisons
 // every output, the saved buffer and the scratch with NaN (0xFF bytes) before each call, and
-// checks relative error <= 1e-2 (bf16 storage). Sequence lengths are not multiples of the
+// checks relative error against a tolerance per backend: flash <= 1e-2 (bf16 inputs and
+// outputs, fp32 inside); naive <= 2.5e-2, because the three-kernel baseline writes S and P to
+// memory in bf16, so its error grows with the range of the logits (up to 1.6e-2 at amplitude
+// 4, seen on an H200 on 2026-11-29). Sequence lengths are not multiples of the
 // tiles (1, 7, 63, 65, 1000, 4097) as well as multiples (64, 1024), at head sizes 64 and 128.
 //
 // Determinism: flash's forward (out, logsumexp) and its dk, dv are bitwise reproducible and
@@ -172,7 +175,7 @@ static void check_close(const float *got, const double *ref, size_t n, double to
               "|x| %.3e%s", backend, what, B, T, NH, HS, max_abs, finite ? "" : " and NaN/Inf");
     } else {
         const double err = rel_error(got, reff, n);
-        CHECK(err <= tol, "%s %s: B=%d T=%d NH=%d HS=%d: rel error %.3e > %.0e", backend, what, B,
+        CHECK(err <= tol, "%s %s: B=%d T=%d NH=%d HS=%d: rel error %.3e > %.1e", backend, what, B,
               T, NH, HS, err, tol);
         printf("  %-5s %-6s rel error %.2e\n", backend, what, err);
     }
@@ -260,8 +263,9 @@ static void run_case(const Case *cs, unsigned long long *rng) {
         CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
         CUDA_CHECK(cudaGetLastError());
 
+        const double tol = be->saves_logsumexp ? 1e-2 : 2.5e-2;   // see the top of the file
         download_bf16(got_out, d_out, n_out);
-        check_close(got_out, ref_out, n_out, 1e-2, "out", be->name, B, T, NH, HS);
+        check_close(got_out, ref_out, n_out, tol, "out", be->name, B, T, NH, HS);
         if (be->saves_logsumexp) {
             CHECK(saved_bytes == (size_t)B * NH * T * sizeof(float),
                   "%s saved size %zu is not B*NH*T floats", be->name, saved_bytes);
@@ -274,7 +278,7 @@ static void run_case(const Case *cs, unsigned long long *rng) {
         for (int p = 0; p < 3; p++) {
             for (size_t bt = 0; bt < (size_t)B * T; bt++)
                 memcpy(got_part + bt * C, got_dqkv + (bt * 3 + p) * C, C * sizeof(float));
-            check_close(got_part, ref_part[p], n_out, 1e-2, part_name[p], be->name, B, T, NH, HS);
+            check_close(got_part, ref_part[p], n_out, tol, part_name[p], be->name, B, T, NH, HS);
         }
 
         // determinism (flash): run again on the same inputs, compare bits
