@@ -142,4 +142,53 @@ void gpt2_read_optimizer_state(GPT2 *model, FILE *f, const char *path);
 // totals, so every allocation of the model is visible in one place.
 void gpt2_print_memory(const GPT2 *model);
 
+// ----------------------------------------------------------------------------------------
+// Generation with a KV cache (gpt2_decode.c). The prompt is prefilled by the model's own
+// forward pass, through the built attention backend, and every layer's keys and values are
+// kept; each new token is then one decode step: every layer on B rows (one per sequence),
+// attention_decode against the cache. The B sequences advance together, at one position.
+// The step's activations are small buffers of their own, beside the cache, in one arena.
+
+#define NUM_DECODE_TENSORS 16
+typedef struct {
+    int L, B, maxT, NH, HS;  // maxT positions of B sequences, for L layers of NH heads of HS
+    int V, Vp;               // the model's vocabulary and padded vocabulary
+    int len;                 // positions filled so far (the same for every sequence)
+    floatX *k;               // (L, B, maxT, NH, HS)
+    floatX *v;               // (L, B, maxT, NH, HS)
+    // the decode step, reused by every layer (C = NH * HS)
+    int *inputs;             // (B + 2) tokens, then the position and the length (position + 1)
+    floatX *x;               // (B, C)   residual stream into the layer
+    floatX *x2;              // (B, C)   residual stream after the attention block
+    floatX *ln;              // (B, C)   layernorm output
+    float *ln_mean;          // (B)
+    float *ln_rstd;          // (B)
+    floatX *q;               // (B, C)   the new token's query
+    floatX *kv;              // (B, 2C)  its key and value, before they go into the cache
+    floatX *atty;            // (B, C)   attention output
+    floatX *proj;            // (B, C)   output of a projection, before the residual add
+    floatX *fch;             // (B, 4C)
+    floatX *fch_gelu;        // (B, 4C)
+    floatX *logits;          // (B, Vp)  logits of the last position (prefill or step)
+    int *argmax;             // (B)
+    size_t bytes[NUM_DECODE_TENSORS];
+    void *memory;
+    DeviceGraph *graph;      // the decode step's layers, replayed (CUDA graph)
+} KVCache;
+
+// A cache of maxT positions (at most the model's max_seq_len) for B sequences.
+void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT);
+void kv_cache_free(KVCache *cache);
+void kv_cache_print_memory(const KVCache *cache);
+// Prefill from tokens (Bp, T) host ids, T <= cache->maxT: Bp = cache->B, a prompt per
+// sequence, or Bp = 1, one prompt for all (run once, its keys and values copied to every
+// sequence). Leaves the logits of position T-1 of each sequence in cache->logits; len = T.
+void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T);
+// One token per sequence, tokens (B) host ids, at position pos (1 <= pos <= cache->len, so a
+// step may also rewind; pos < maxT). Its logits (B, Vp) land in cache->logits; len = pos + 1.
+void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos);
+// Host copies of the current logits: out (B, Vp) fp32; or their argmax, out (B).
+void gpt2_decode_logits(const KVCache *cache, float *out);
+void gpt2_decode_argmax(KVCache *cache, int *out);
+
 #endif

@@ -117,6 +117,31 @@ void crossentropy_forward_backward(floatX *logits, float *losses, const int *tar
 void attention_decode(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
                       int B, int len, int maxT, int NH, int HS);
 
+// The rest of generation's layer calls (layers/decode_attention.*, argmax.*, graph.*). What
+// changes from one decode step to the next (the position) is read from device memory, so that
+// the step is the same sequence of launches every time and CUDA can replay it as one graph.
+//
+// attention_decode with len read from device memory (one int32): the work is laid out for
+// maxT positions and the parts past len return at once.
+void attention_decode_dev(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
+                          const int *len, int B, int maxT, int NH, int HS);
+// Writes T positions into a KV cache at positions pos .. pos+T-1 (pos: one int32 in device
+// memory). kcache, vcache (B, maxT, NH, HS); k, v (B, T, NH, HS) with rows `stride` elements
+// apart: 3C when they point into a qkv tensor (B, T, 3, NH, HS), 2C into a (k, v) pair, C alone.
+void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *k, const floatX *v,
+                    size_t stride, const int *pos, int B, int T, int maxT, int NH, int HS);
+// out[b] = the index of the largest of the first V entries of row b of logits (rows
+// row_stride elements apart), the smallest index among equals. out (B) int32 device array.
+void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int V);
+// Runs fn(ctx), which must launch the same work with the same arguments at every call. On
+// CUDA the first call runs it (lazy set-up such as cuBLASLt plans happens then), the second
+// captures it into a CUDA graph on cuda_stream, and later calls launch that graph in one go;
+// CUDA_GRAPHS=0 in the environment turns graphs off. On the CPU it calls fn. *graph starts
+// NULL; device_graph_free(NULL) does nothing.
+typedef struct DeviceGraph DeviceGraph;
+void device_graph_run(DeviceGraph **graph, void (*fn)(void *ctx), void *ctx);
+void device_graph_free(DeviceGraph *graph);
+
 // ----------------------------------------------------------------------------------------
 // optimizer
 

@@ -1,0 +1,212 @@
+// gpt2_decode.c: GPT-2 generation with a KV cache: the inference forward of the same model as
+// gpt2.c, in two parts.
+//   prefill      the prompt goes through the model's own forward pass (gpt2_forward, so the
+//                built attention backend, naive or flash), and each layer's keys and values
+//                are copied from its qkv activations into the cache
+//   decode step  one token per sequence: the same layers at N = B rows, the attention of the
+//                new query against the cache (attention_decode), the new key and value written
+//                into the cache first, so the token attends to itself as causality wants
+// Like gpt2.c, it calls only layers/ and never knows the backend. The decode step reads its
+// position from device memory, so on CUDA its layers are one graph replayed at every step.
+#include "gpt2.h"
+
+#include <string.h>
+
+// ----------------------------------------------------------------------------------------
+// the cache and the decode step's activations: every tensor and its size in bytes
+
+static const char *const decode_names[NUM_DECODE_TENSORS] = {
+    "k cache", "v cache", "inputs", "x", "x2", "ln", "ln_mean", "ln_rstd",
+    "q", "kv", "atty", "proj", "fch", "fch_gelu", "logits", "argmax"};
+
+static void decode_sizes(size_t bytes[NUM_DECODE_TENSORS], GPT2Config c, int B, int maxT) {
+    size_t C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
+    size_t X = sizeof(floatX), F = sizeof(float);
+    bytes[0] = L * B * maxT * C * X;     // k cache
+    bytes[1] = L * B * maxT * C * X;     // v cache
+    bytes[2] = (B + 2) * sizeof(int);    // inputs
+    bytes[3] = B * C * X;                // x
+    bytes[4] = B * C * X;                // x2
+    bytes[5] = B * C * X;                // ln
+    bytes[6] = B * F;                    // ln_mean
+    bytes[7] = B * F;                    // ln_rstd
+    bytes[8] = B * C * X;                // q
+    bytes[9] = B * 2 * C * X;            // kv
+    bytes[10] = B * C * X;               // atty
+    bytes[11] = B * C * X;               // proj
+    bytes[12] = B * 4 * C * X;           // fch
+    bytes[13] = B * 4 * C * X;           // fch_gelu
+    bytes[14] = B * Vp * X;              // logits
+    bytes[15] = B * sizeof(int);         // argmax
+}
+
+#define DECODE_ALIGN 256   // every tensor on a 256-byte boundary (16-byte loads, cuBLASLt)
+static size_t align_up(size_t n) { return (n + DECODE_ALIGN - 1) / DECODE_ALIGN * DECODE_ALIGN; }
+
+void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
+    GPT2Config c = model->config;
+    if (B < 1 || maxT < 1 || maxT > c.max_seq_len)
+        die("KV cache of %d sequences of %d positions: needs B >= 1 and 1 <= maxT <= %d (the "
+            "model's max_seq_len)", B, maxT, c.max_seq_len);
+    memset(cache, 0, sizeof(*cache));
+    cache->L = c.num_layers;
+    cache->B = B;
+    cache->maxT = maxT;
+    cache->NH = c.num_heads;
+    cache->HS = c.channels / c.num_heads;
+    cache->V = c.vocab_size;
+    cache->Vp = c.padded_vocab_size;
+    decode_sizes(cache->bytes, c, B, maxT);
+    size_t total = 0;
+    for (int i = 0; i < NUM_DECODE_TENSORS; i++) total += align_up(cache->bytes[i]);
+    cache->memory = dev_malloc(total, "KV cache and decode activations");
+    void **ptrs[NUM_DECODE_TENSORS] = {
+        (void **)&cache->k, (void **)&cache->v, (void **)&cache->inputs, (void **)&cache->x,
+        (void **)&cache->x2, (void **)&cache->ln, (void **)&cache->ln_mean,
+        (void **)&cache->ln_rstd, (void **)&cache->q, (void **)&cache->kv, (void **)&cache->atty,
+        (void **)&cache->proj, (void **)&cache->fch, (void **)&cache->fch_gelu,
+        (void **)&cache->logits, (void **)&cache->argmax};
+    char *p = cache->memory;
+    for (int i = 0; i < NUM_DECODE_TENSORS; i++) {
+        *ptrs[i] = p;
+        p += align_up(cache->bytes[i]);
+    }
+}
+
+void kv_cache_free(KVCache *cache) {
+    device_graph_free(cache->graph);
+    if (cache->memory) dev_free(cache->memory);
+    memset(cache, 0, sizeof(*cache));
+}
+
+void kv_cache_print_memory(const KVCache *cache) {
+    char buf[32];
+    double total = 0.0;
+    printf("KV cache and decode step (B=%d, maxT=%d, %s):\n", cache->B, cache->maxT, FLOATX_NAME);
+    for (int i = 0; i < NUM_DECODE_TENSORS; i++) {
+        format_bytes(buf, sizeof(buf), (double)cache->bytes[i]);
+        printf("  %-12s %27s\n", decode_names[i], buf);
+        total += align_up(cache->bytes[i]);
+    }
+    format_bytes(buf, sizeof(buf), total);
+    printf("  total: %s\n", buf);
+}
+
+// ----------------------------------------------------------------------------------------
+// prefill
+
+// the position (and length) the next cache write and attention use, in device memory
+static void upload_position(KVCache *cache, int pos) {
+    int position_and_length[2] = {pos, pos + 1};
+    dev_upload(cache->inputs + cache->B, position_and_length, sizeof(position_and_length));
+}
+
+void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T) {
+    if (Bp != cache->B && Bp != 1)
+        die("prefill of %d prompts into a cache of %d sequences (give %d prompts, or 1 for all)",
+            Bp, cache->B, cache->B);
+    if (T < 1 || T > cache->maxT)
+        die("a prompt of %d tokens does not fit a KV cache of %d positions", T, cache->maxT);
+    gpt2_forward(model, tokens, NULL, Bp, T);   // checks the token ids
+
+    int C = model->config.channels, N = Bp * T, Vp = cache->Vp;
+    size_t layer_stride = (size_t)cache->B * cache->maxT * C;   // one layer of the cache
+    upload_position(cache, 0);
+    for (int l = 0; l < cache->L; l++) {
+        const floatX *qkv = model->acts.qkv + (size_t)l * N * 3 * C;   // (Bp, T, 3, NH, HS)
+        floatX *k = cache->k + l * layer_stride, *v = cache->v + l * layer_stride;
+        if (Bp == cache->B) {
+            kv_cache_store(k, v, qkv + C, qkv + 2 * C, 3 * (size_t)C, cache->inputs + cache->B,
+                           Bp, T, cache->maxT, cache->NH, cache->HS);
+        } else {   // one prompt, the same keys and values in every sequence
+            for (int b = 0; b < cache->B; b++) {
+                size_t offset = (size_t)b * cache->maxT * C;
+                kv_cache_store(k + offset, v + offset, qkv + C, qkv + 2 * C, 3 * (size_t)C,
+                               cache->inputs + cache->B, 1, T, cache->maxT, cache->NH, cache->HS);
+            }
+        }
+    }
+    // logits of the last position, row (b, T-1) of the forward's (Bp, T, Vp)
+    for (int b = 0; b < cache->B; b++) {
+        size_t row = (size_t)(Bp == 1 ? 0 : b) * T + (T - 1);
+        dev_copy(cache->logits + (size_t)b * Vp, model->acts.logits + row * Vp,
+                 (size_t)Vp * sizeof(floatX));
+    }
+    cache->len = T;
+}
+
+// ----------------------------------------------------------------------------------------
+// decode step: the layers of one new token per sequence, N = B rows
+
+typedef struct {
+    GPT2 *model;
+    KVCache *cache;
+} DecodeArgs;
+
+// from cache->x, the embedded tokens (B, C), to cache->logits (B, Vp). Launches the same work
+// with the same arguments at every position: the position is read from cache->inputs.
+static void decode_layers(void *arg) {
+    GPT2 *model = ((DecodeArgs *)arg)->model;
+    KVCache *d = ((DecodeArgs *)arg)->cache;
+    GPT2Config c = model->config;
+    int B = d->B, L = c.num_layers, NH = c.num_heads, C = c.channels, HS = C / NH;
+    int Vp = c.padded_vocab_size, maxT = d->maxT;
+    ParameterTensors p = model->params;
+    size_t layer_stride = (size_t)B * maxT * C;
+    const int *pos = d->inputs + B, *len = d->inputs + B + 1;
+    for (int l = 0; l < L; l++) {
+        const floatX *qkvw = p.qkvw + (size_t)l * 3 * C * C, *qkvb = p.qkvb + l * 3 * C;
+        floatX *kcache = d->k + l * layer_stride, *vcache = d->v + l * layer_stride;
+        // attention block: x2 = x + attproj(attention(q, cache + (k, v))), q, k, v of ln1(x)
+        layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x, p.ln1w + l * C, p.ln1b + l * C, B, C);
+        // the rows of qkvw are q's, then k's and v's: q alone, for attention_decode's layout,
+        // and (k, v) together, for the cache
+        matmul_forward(d->q, d->ln, qkvw, qkvb, B, C, C);
+        matmul_forward(d->kv, d->ln, qkvw + (size_t)C * C, qkvb + C, B, C, 2 * C);
+        kv_cache_store(kcache, vcache, d->kv, d->kv + C, 2 * (size_t)C, pos, B, 1, maxT, NH, HS);
+        attention_decode_dev(d->atty, d->q, kcache, vcache, len, B, maxT, NH, HS);
+        matmul_forward(d->proj, d->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, B, C, C);
+        residual_forward(d->x2, d->x, d->proj, (size_t)B * C);
+        // MLP block: x = x2 + fcproj(gelu(fc(ln2(x2))))
+        layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x2, p.ln2w + l * C, p.ln2b + l * C, B, C);
+        matmul_forward(d->fch, d->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, B, C, 4 * C);
+        gelu_forward(d->fch_gelu, d->fch, (size_t)B * 4 * C);
+        matmul_forward(d->proj, d->fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C,
+                       B, 4 * C, C);
+        residual_forward(d->x, d->x2, d->proj, (size_t)B * C);
+    }
+    layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x, p.lnfw, p.lnfb, B, C);
+    matmul_forward(d->logits, d->ln, p.wte, NULL, B, C, Vp);   // tied LM head
+}
+
+void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
+    int B = cache->B, C = model->config.channels, V = cache->V;
+    if (pos < 1 || pos > cache->len || pos >= cache->maxT)
+        die("decode step at position %d: needs 1 <= position <= %d (the cached length) and a "
+            "position < %d (the cache's size)", pos, cache->len, cache->maxT);
+    int inputs[B + 2];   // what changes between steps, uploaded in one copy
+    for (int b = 0; b < B; b++) {
+        if (tokens[b] < 0 || tokens[b] >= V)
+            die("decode step: token %d of sequence %d is outside the vocabulary [0, %d)",
+                tokens[b], b, V);
+        inputs[b] = tokens[b];
+    }
+    inputs[B] = pos;
+    inputs[B + 1] = pos + 1;
+    dev_upload(cache->inputs, inputs, sizeof(inputs));
+    // x = wte[token] + wpe[pos]: wpe from row pos, as the row 0 of a sequence of length 1
+    encoder_forward(cache->x, cache->inputs, model->params.wte,
+                    model->params.wpe + (size_t)pos * C, B, 1, C);
+    DecodeArgs args = {model, cache};
+    device_graph_run(&cache->graph, decode_layers, &args);
+    cache->len = pos + 1;
+}
+
+void gpt2_decode_logits(const KVCache *cache, float *out) {
+    floatX_download(out, cache->logits, (size_t)cache->B * cache->Vp);
+}
+
+void gpt2_decode_argmax(KVCache *cache, int *out) {
+    logits_argmax(cache->argmax, cache->logits, cache->Vp, cache->B, cache->V);
+    dev_download(out, cache->argmax, (size_t)cache->B * sizeof(int));
+}

@@ -1,0 +1,475 @@
+// infer_gpt2.c: the generation driver. A prompt goes in, the model's continuation streams out.
+// The prompt (text, encoded by data/bpe.c, or token ids) is prefilled in one forward pass,
+// then every new token is one KV-cached decode step (gpt2_decode.c). Tokens are chosen on the
+// host from the logits: temperature, top-k, top-p (nucleus), or greedily (temperature 0), in
+// which case only the argmax comes back from the device. Text goes to stdout as it is made;
+// timings go to stderr. The model itself is gpt2.c; this file never touches a device pointer.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/bpe.h"
+#include "data/tokenizer.h"
+#include "gpt2.h"
+#include "utils.h"
+
+typedef struct {
+    const char *checkpoint;      // -c
+    const char *prompt;          // -p (NULL: stdin)
+    const char *prompt_ids;      // --prompt-ids
+    int max_new;                 // -n
+    float temperature;           // --temperature (0: greedy)
+    int top_k;                   // --top-k (0: off)
+    float top_p;                 // --top-p (1: off)
+    uint64_t seed;               // --seed
+    int B;                       // -b
+    int interactive;             // -i
+    const char *vocab_dir;       // --vocab
+    const char *tokenizer_path;  // --tokenizer
+    int print_ids;               // --ids
+    const char *logits_path;     // --logits
+    int no_stop;                 // --no-stop
+} Options;
+
+static void usage(FILE *out) {
+    fprintf(out,
+        "usage: infer_gpt2 [flags]   generate text with GPT-2, prompt from -p or stdin\n"
+        "  -c MODEL    checkpoint, llm.c model file v3 (fp32) or v5 (bf16) (default gpt2_124M.bin;\n"
+        "              import_hf makes one from Hugging Face weights), or dN for a random model\n"
+        "              with L=N, NH=N, C=64N (benchmarks)\n"
+        "  -p TEXT     the prompt (default: all of stdin, less one final newline; empty: start\n"
+        "              from <|endoftext|>)\n"
+        "  --prompt-ids LIST  the prompt as token ids, separated by commas or spaces\n"
+        "  -n N        new tokens at most per sample (default 256); fewer when the model's\n"
+        "              context fills up\n"
+        "  --temperature T  softmax temperature, 0 = greedy (default 1.0)\n"
+        "  --top-k K   sample among the K most likely tokens only, 0 = all (default 0)\n"
+        "  --top-p P   sample among the fewest most likely tokens holding probability P (default 1.0)\n"
+        "  --seed N    sampling seed (default 1337); sample i draws from its own stream of (seed, i)\n"
+        "  -b N        samples generated together as one batch, from the same prompt (default 1);\n"
+        "              with one sample text streams as it is made, with more each is printed\n"
+        "              whole after a '--- sample i' line\n"
+        "  -i          interactive: one prompt per line of stdin, each answered on its own\n"
+        "  --vocab DIR  vocab.bpe and encoder.json, to encode prompts (default data/gpt2)\n"
+        "  --tokenizer PATH  tokenizer file, to decode tokens (default data/gpt2_tokenizer.bin)\n"
+        "  --ids       print the generated token ids, a line per sample, instead of text\n"
+        "  --logits FILE  write the logits each token was chosen from: fp32, (steps, samples, V)\n"
+        "  --no-stop   do not stop at <|endoftext|> (benchmarks)\n"
+        "  -h, --help  this text\n"
+        "Generation stops at <|endoftext|>, after -n tokens, or when the context is full.\n"
+        "Timings (time to first token, decode tokens/s) go to stderr.\n");
+}
+
+static Options parse_options(int argc, char **argv) {
+    Options o = {.checkpoint = "gpt2_124M.bin", .max_new = 256, .temperature = 1.0f,
+                 .top_k = 0, .top_p = 1.0f, .seed = 1337, .B = 1, .vocab_dir = "data/gpt2",
+                 .tokenizer_path = "data/gpt2_tokenizer.bin"};
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) { usage(stdout); exit(0); }
+        if (!strcmp(flag, "-i")) { o.interactive = 1; continue; }
+        if (!strcmp(flag, "--ids")) { o.print_ids = 1; continue; }
+        if (!strcmp(flag, "--no-stop")) { o.no_stop = 1; continue; }
+        if (i + 1 >= argc) { usage(stderr); die("flag %s needs a value", flag); }
+        const char *v = argv[++i];
+        if (!strcmp(flag, "-c")) o.checkpoint = v;
+        else if (!strcmp(flag, "-p")) o.prompt = v;
+        else if (!strcmp(flag, "--prompt-ids")) o.prompt_ids = v;
+        else if (!strcmp(flag, "-n")) o.max_new = (int)parse_long(flag, v, 1, 1 << 24);
+        else if (!strcmp(flag, "--temperature")) o.temperature = (float)parse_double(flag, v, 0.0, 100.0);
+        else if (!strcmp(flag, "--top-k")) o.top_k = (int)parse_long(flag, v, 0, 1 << 24);
+        else if (!strcmp(flag, "--top-p")) o.top_p = (float)parse_double(flag, v, 0.0, 1.0);
+        else if (!strcmp(flag, "--seed")) o.seed = (uint64_t)parse_long(flag, v, 0, 0x7fffffffffffffffL);
+        else if (!strcmp(flag, "-b")) o.B = (int)parse_long(flag, v, 1, 4096);
+        else if (!strcmp(flag, "--vocab")) o.vocab_dir = v;
+        else if (!strcmp(flag, "--tokenizer")) o.tokenizer_path = v;
+        else if (!strcmp(flag, "--logits")) o.logits_path = v;
+        else { usage(stderr); die("unknown flag %s", flag); }
+    }
+    if (o.top_p <= 0.0f) die("flag --top-p: %g keeps no token; give a probability in (0, 1]", o.top_p);
+    if (o.interactive && (o.prompt || o.prompt_ids))
+        die("flag -i reads its prompts from stdin: it takes no -p or --prompt-ids");
+    if (o.prompt && o.prompt_ids) die("give the prompt once: -p or --prompt-ids, not both");
+    return o;
+}
+
+// ----------------------------------------------------------------------------------------
+// sampling: temperature, then top-k, then top-p, then one draw from what is left
+
+typedef struct {
+    float value;   // logit, then unnormalised probability
+    int id;
+} Candidate;
+
+// splitmix64: seeds each sample's own xorshift64* stream from (seed, sample)
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+static float random_unit(uint64_t *state) {   // xorshift64*, uniform in [0, 1)
+    *state ^= *state >> 12; *state ^= *state << 25; *state ^= *state >> 27;
+    return (float)((*state * 0x2545F4914F6CDD1DULL) >> 40) / 16777216.0f;
+}
+
+// larger first, the smaller id first among equals (the order greedy decoding uses)
+static int before(Candidate a, Candidate b) { return a.value > b.value || (a.value == b.value && a.id < b.id); }
+static int compare_candidates(const void *pa, const void *pb) {
+    Candidate a = *(const Candidate *)pa, b = *(const Candidate *)pb;
+    return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+static int argmax(const float *logits, int V) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+// the k best of logits (V) into out (k), sorted best first: a min-heap of the best so far,
+// whose root (the worst of them) each new logit must beat, O(V log k)
+static void top_k(Candidate *out, const float *logits, int V, int k) {
+    int n = 0;
+    for (int i = 0; i < V; i++) {
+        Candidate c = {logits[i], i};
+        if (n == k && !before(c, out[0])) continue;
+        int hole;
+        if (n < k) {   // sift up from the end
+            hole = n++;
+            while (hole > 0 && before(out[(hole - 1) / 2], c)) {
+                out[hole] = out[(hole - 1) / 2];
+                hole = (hole - 1) / 2;
+            }
+        } else {       // replace the root, sift down
+            hole = 0;
+            for (;;) {
+                int child = 2 * hole + 1;
+                if (child >= n) break;
+                if (child + 1 < n && before(out[child], out[child + 1])) child++;
+                if (!before(c, out[child])) break;
+                out[hole] = out[child];
+                hole = child;
+            }
+        }
+        out[hole] = c;
+    }
+    qsort(out, n, sizeof(Candidate), compare_candidates);
+}
+
+// one token from logits (V); coin uniform in [0, 1); work (V) scratch
+static int sample_token(const float *logits, int V, const Options *o, float coin, Candidate *work) {
+    if (o->temperature == 0.0f) return argmax(logits, V);
+    int n = V, sorted = 0;
+    if (o->top_k > 0 && o->top_k < V) {
+        top_k(work, logits, V, o->top_k);
+        n = o->top_k;
+        sorted = 1;
+    } else {
+        for (int i = 0; i < V; i++) work[i] = (Candidate){logits[i], i};
+    }
+    float max = sorted ? work[0].value : logits[argmax(logits, V)];
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        work[i].value = expf((work[i].value - max) / o->temperature);
+        sum += work[i].value;
+    }
+    if (o->top_p < 1.0f) {
+        if (!sorted) {
+            // Tokens below (1 - p) / (n - 1) of the mass cannot be in the nucleus: all n - 1 of
+            // them together hold less than 1 - p, so the best tokens reach p before any of them.
+            // Dropping them first leaves few to sort.
+            double cutoff = (1.0 - o->top_p) / (n - 1) * sum;
+            int kept = 0;
+            for (int i = 0; i < n; i++)
+                if (work[i].value >= cutoff) work[kept++] = work[i];
+            n = kept;
+            qsort(work, n, sizeof(Candidate), compare_candidates);
+        }
+        double target = o->top_p * sum, mass = 0.0;
+        int last = n - 1;
+        for (int i = 0; i < n; i++) {
+            mass += work[i].value;
+            if (mass >= target) { last = i; break; }
+        }
+        n = last + 1;
+        sum = 0.0;
+        for (int i = 0; i < n; i++) sum += work[i].value;
+    }
+    double target = coin * sum, cdf = 0.0;
+    for (int i = 0; i < n; i++) {
+        cdf += work[i].value;
+        if (target < cdf) return work[i].id;
+    }
+    return work[n - 1].id;   // rounding at the very end of the CDF
+}
+
+// ----------------------------------------------------------------------------------------
+// generation
+
+typedef struct {
+    GPT2 model;
+    KVCache cache;
+    const Tokenizer *tok;   // decodes ids; NULL with --ids
+    BPE bpe;                // encodes text prompts
+    BPEScratch *scratch;
+    int have_bpe;
+    int eot;                // id of <|endoftext|>, -1 when the model's vocabulary has none
+    int V, Vp, maxT;
+    float *logits;          // (B, Vp) host
+    Candidate *work;        // (B, V)
+    int *tokens;            // (B) the tokens of the current step
+    int **generated;        // (B, max_new) ids per sample
+    FILE *logits_file;
+} Generator;
+
+static void write_token(const Generator *g, int id) {
+    size_t n = 0;
+    const uint8_t *bytes = tokenizer_token(g->tok, id, &n);
+    fwrite(bytes, 1, n, stdout);
+}
+
+// tokens of a text prompt; empty text starts from <|endoftext|>
+static void encode_prompt(Generator *g, const char *text, TokenList *out) {
+    if (!g->have_bpe) die("internal error: no encoder loaded");
+    bpe_encode(&g->bpe, g->scratch, (const uint8_t *)text, strlen(text), 1, out);
+    if (out->len == 0) {
+        if (g->eot < 0) die("the prompt is empty and the model has no <|endoftext|> to start from");
+        tokenlist_push(out, g->eot);
+    }
+}
+
+static void parse_prompt_ids(const char *text, TokenList *out) {
+    const char *p = text;
+    for (;;) {
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',' && *end != ' ' && *end != '\t' && *end != '\n'))
+            die("flag --prompt-ids: '%s' is not a list of token ids", text);
+        if (id < 0 || id > 0x7fffffff) die("flag --prompt-ids: token id %ld is out of range", id);
+        tokenlist_push(out, (int)id);
+        p = end;
+    }
+    if (out->len == 0) die("flag --prompt-ids: no token ids in '%s'", text);
+}
+
+// NULL when the prompt can be generated from, else why not (into err)
+static const char *check_prompt(const Generator *g, const TokenList *prompt, char *err, size_t n) {
+    for (size_t i = 0; i < prompt->len; i++)
+        if (prompt->ids[i] < 0 || prompt->ids[i] >= g->V) {
+            snprintf(err, n, "prompt token %zu is id %d, outside the model's vocabulary [0, %d)",
+                     i, prompt->ids[i], g->V);
+            return err;
+        }
+    if ((int)prompt->len > g->maxT) {
+        snprintf(err, n, "the prompt is %zu tokens, longer than the model's context of %d tokens",
+                 prompt->len, g->maxT);
+        return err;
+    }
+    return NULL;
+}
+
+// the next token of every sample from the current logits
+static void choose_tokens(Generator *g, const Options *o, uint64_t *rng, const int *done) {
+    int B = o->B;
+    if (o->temperature == 0.0f && !g->logits_file) {   // greedy: only the argmax comes back
+        gpt2_decode_argmax(&g->cache, g->tokens);
+        return;
+    }
+    gpt2_decode_logits(&g->cache, g->logits);
+    if (g->logits_file)
+        for (int b = 0; b < B; b++)
+            fwrite_or_die(g->logits + (size_t)b * g->Vp, sizeof(float), g->V, g->logits_file, o->logits_path);
+    float coins[B];
+    for (int b = 0; b < B; b++) coins[b] = random_unit(&rng[b]);
+    #pragma omp parallel for if (B > 1)
+    for (int b = 0; b < B; b++)
+        g->tokens[b] = done[b] ? g->eot : sample_token(g->logits + (size_t)b * g->Vp, g->V, o,
+                                                       coins[b], g->work + (size_t)b * g->V);
+}
+
+static void generate(Generator *g, const Options *o, const TokenList *prompt) {
+    int B = o->B, T = (int)prompt->len;
+    int steps = o->max_new < g->maxT - T + 1 ? o->max_new : g->maxT - T + 1;
+    int cache_len = T + steps - 1;   // the last token is never fed back
+    if (!g->cache.memory || g->cache.maxT < cache_len) {
+        if (g->cache.memory) kv_cache_free(&g->cache);
+        kv_cache_init(&g->cache, &g->model, B, o->interactive ? g->maxT : cache_len);
+    }
+    uint64_t rng[B];
+    for (int b = 0; b < B; b++) rng[b] = splitmix64(o->seed ^ splitmix64((uint64_t)b)) | 1;
+    int done[B], count[B];
+    memset(done, 0, sizeof(done));
+    memset(count, 0, sizeof(count));
+
+    double t0 = wall_seconds();
+    gpt2_prefill(&g->model, &g->cache, prompt->ids, 1, T);
+    double t_first = 0.0;
+    int step = 0, live = B;
+    for (; step < steps && live > 0; step++) {
+        if (step > 0) gpt2_decode_step(&g->model, &g->cache, g->tokens, T + step - 1);
+        choose_tokens(g, o, rng, done);
+        if (step == 0) t_first = wall_seconds();
+        for (int b = 0; b < B; b++) {
+            if (done[b]) continue;
+            int id = g->tokens[b];
+            if (id == g->eot && !o->no_stop) {
+                done[b] = 1;
+                live--;
+                continue;
+            }
+            g->generated[b][count[b]++] = id;
+            if (B == 1 && !o->print_ids) {
+                write_token(g, id);
+                fflush(stdout);
+            }
+        }
+    }
+    double t_end = wall_seconds();
+
+    for (int b = 0; b < B; b++) {
+        if (B > 1) printf("--- sample %d\n", b);
+        for (int i = 0; i < count[b]; i++) {
+            if (o->print_ids) printf(i ? " %d" : "%d", g->generated[b][i]);
+            else if (B > 1) write_token(g, g->generated[b][i]);
+        }
+        printf("\n");
+    }
+    fflush(stdout);
+    if (step == steps && steps < o->max_new && live > 0)
+        fprintf(stderr, "note: stopped after %d tokens: the model's context of %d tokens is full\n",
+                steps, g->maxT);
+    double decode_s = t_end - t_first;
+    fprintf(stderr, "prompt %d tokens | time to first token %.2f ms | %d steps x %d sample%s in "
+            "%.2f ms: %.1f tok/s\n", T, (t_first - t0) * 1e3, step, B, B > 1 ? "s" : "",
+            (t_end - t0) * 1e3, step > 1 ? (step - 1) * B / decode_s : 0.0);
+}
+
+// the next line of f without its newline, or NULL at the end (free() it)
+static char *read_line(FILE *f) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, f);
+    if (n < 0) {
+        free(line);
+        return NULL;
+    }
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    return line;
+}
+
+static char *read_stdin(void) {
+    size_t len = 0, cap = 4096;
+    char *text = malloc(cap);
+    if (!text) die("out of host memory reading stdin");
+    size_t n;
+    while ((n = fread(text + len, 1, cap - len - 1, stdin)) > 0) {
+        len += n;
+        if (cap - len - 1 == 0) {
+            cap *= 2;
+            text = realloc(text, cap);
+            if (!text) die("out of host memory reading stdin");
+        }
+    }
+    if (len > 0 && text[len - 1] == '\n') len--;
+    text[len] = '\0';
+    return text;
+}
+
+int main(int argc, char **argv) {
+    Options o = parse_options(argc, argv);
+    if (backend_init() != 0) die("the %s backend could not start (see above)", backend_name());
+    Generator g;
+    memset(&g, 0, sizeof(g));
+
+    // text in and out: the encoder for text prompts, the tokenizer file to decode
+    Tokenizer tokenizer;
+    int need_encoder = o.prompt_ids == NULL;
+    if (need_encoder) {
+        bpe_load(&g.bpe, o.vocab_dir);
+        g.scratch = bpe_scratch_new(&g.bpe);
+        g.have_bpe = 1;
+    }
+    if (!o.print_ids) {
+        if (file_exists(o.tokenizer_path)) {
+            tokenizer_load(&tokenizer, o.tokenizer_path);
+            g.tok = &tokenizer;
+        } else if (g.have_bpe) {
+            g.tok = &g.bpe.tokenizer;   // the same ids -> bytes, from encoder.json
+        } else {
+            die("%s: no such file: the tokenizer file decodes the output (`make data` writes it; "
+                "--tokenizer PATH, or --ids to print token ids)", o.tokenizer_path);
+        }
+    }
+
+    GPT2Config config;
+    if (gpt2_config_from_name(&config, o.checkpoint, 1024) == 0) gpt2_init_random(&g.model, config, o.seed);
+    else gpt2_load_checkpoint(&g.model, o.checkpoint);
+    g.V = g.model.config.vocab_size;
+    g.Vp = g.model.config.padded_vocab_size;
+    g.maxT = g.model.config.max_seq_len;
+    if (g.tok && g.tok->vocab_size < g.V)
+        die("the model's vocabulary (%d tokens) is larger than the tokenizer's (%d): they do not "
+            "belong together", g.V, g.tok->vocab_size);
+    g.eot = g.tok ? g.tok->eot_token : g.have_bpe ? g.bpe.eot_token : GPT2_EOT;
+    if (g.eot >= g.V) g.eot = -1;
+
+    g.logits = malloc((size_t)o.B * g.Vp * sizeof(float));
+    g.work = malloc((size_t)o.B * g.V * sizeof(Candidate));
+    g.tokens = malloc((size_t)o.B * sizeof(int));
+    g.generated = malloc((size_t)o.B * sizeof(int *));
+    if (!g.logits || !g.work || !g.tokens || !g.generated) die("out of host memory");
+    for (int b = 0; b < o.B; b++) {
+        g.generated[b] = malloc((size_t)o.max_new * sizeof(int));
+        if (!g.generated[b]) die("out of host memory");
+    }
+    if (o.logits_path) g.logits_file = fopen_or_die(o.logits_path, "wb");
+
+    char err[256];
+    TokenList prompt = {0};
+    if (o.interactive) {
+        char *line;
+        if (isatty(STDIN_FILENO)) fprintf(stderr, "> ");
+        while ((line = read_line(stdin)) != NULL) {
+            if (line[0]) {
+                prompt.len = 0;
+                encode_prompt(&g, line, &prompt);
+                const char *why = check_prompt(&g, &prompt, err, sizeof(err));
+                if (why) fprintf(stderr, "error: %s\n", why);
+                else generate(&g, &o, &prompt);
+            }
+            free(line);
+            if (isatty(STDIN_FILENO)) fprintf(stderr, "> ");
+        }
+    } else {
+        if (o.prompt_ids) {
+            parse_prompt_ids(o.prompt_ids, &prompt);
+        } else {
+            char *text = o.prompt ? strdup(o.prompt) : read_stdin();
+            encode_prompt(&g, text, &prompt);
+            free(text);
+        }
+        const char *why = check_prompt(&g, &prompt, err, sizeof(err));
+        if (why) die("%s", why);
+        generate(&g, &o, &prompt);
+    }
+
+    if (g.logits_file && fclose(g.logits_file) != 0) die("%s: write error", o.logits_path);
+    tokenlist_free(&prompt);
+    for (int b = 0; b < o.B; b++) free(g.generated[b]);
+    free(g.generated);
+    free(g.tokens);
+    free(g.work);
+    free(g.logits);
+    if (g.cache.memory) kv_cache_free(&g.cache);
+    if (g.tok == &tokenizer) tokenizer_free(&tokenizer);
+    if (g.have_bpe) {
+        bpe_scratch_free(g.scratch);
+        bpe_free(&g.bpe);
+    }
+    gpt2_free(&g.model);
+    return 0;
+}

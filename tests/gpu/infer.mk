@@ -1,0 +1,20 @@
+# tests/gpu/infer.mk: generation on the GPU (included by the Makefile).
+#   make BACKEND=cuda test-infer-gpu   the decode kernel, the cache, cached against recomputed
+#                                      logits (tests/gpu/test_infer_gpu.c), then parity with
+#                                      Hugging Face transformers (tests/gpu/hf_parity.sh: needs
+#                                      python3 with torch and transformers; skipped without)
+# Both skip cleanly where there is no GPU.
+
+# gpt2_decode.c belongs in CORE_SRC; until it is there, the programs that need it get it here
+# (this is empty, and so does nothing, once CORE_SRC lists it)
+DECODE_OBJ := $(if $(filter gpt2_decode.c,$(CORE_SRC)),,$(call obj,gpt2_decode.c))
+$(BUILD)/infer_gpt2 $(BUILD)/tests/test_infer: $(DECODE_OBJ)
+
+.PHONY: test-infer-gpu
+$(BUILD)/tests/gpu/test_infer_gpu: $(call obj,tests/gpu/test_infer_gpu.c) $(CORE_OBJ) $(DECODE_OBJ)
+	@mkdir -p $(dir $@)
+	$(LINK) $^ -o $@ $(LDLIBS)
+
+test-infer-gpu: $(BUILD)/tests/gpu/test_infer_gpu $(BUILD)/infer_gpt2 $(BUILD)/import_hf
+	$(BUILD)/tests/gpu/test_infer_gpu
+	BUILD=$(BUILD) bash tests/gpu/hf_parity.sh
