@@ -163,8 +163,8 @@ typedef struct {
     floatX *ln;              // (B, C)   layernorm output
     float *ln_mean;          // (B)
     float *ln_rstd;          // (B)
-    floatX *q;               // (B, C)   the new token's query
-    floatX *kv;              // (B, 2C)  its key and value, before they go into the cache
+    floatX *qkv;             // (B, 3C)  the new token's query, key and value
+    floatX *q;               // (B, C)   its query alone (the key and value go to the cache)
     floatX *atty;            // (B, C)   attention output
     floatX *proj;            // (B, C)   output of a projection, before the residual add
     floatX *fch;             // (B, 4C)

@@ -17,7 +17,7 @@
 
 static const char *const decode_names[NUM_DECODE_TENSORS] = {
     "k cache", "v cache", "inputs", "x", "x2", "ln", "ln_mean", "ln_rstd",
-    "q", "kv", "atty", "proj", "fch", "fch_gelu", "logits", "argmax"};
+    "qkv", "q", "atty", "proj", "fch", "fch_gelu", "logits", "argmax"};
 
 static void decode_sizes(size_t bytes[NUM_DECODE_TENSORS], GPT2Config c, int B, int maxT) {
     size_t C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
@@ -30,8 +30,8 @@ static void decode_sizes(size_t bytes[NUM_DECODE_TENSORS], GPT2Config c, int B, 
     bytes[5] = B * C * X;                // ln
     bytes[6] = B * F;                    // ln_mean
     bytes[7] = B * F;                    // ln_rstd
-    bytes[8] = B * C * X;                // q
-    bytes[9] = B * 2 * C * X;            // kv
+    bytes[8] = B * 3 * C * X;            // qkv
+    bytes[9] = B * C * X;                // q
     bytes[10] = B * C * X;               // atty
     bytes[11] = B * C * X;               // proj
     bytes[12] = B * 4 * C * X;           // fch
@@ -63,7 +63,7 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
     void **ptrs[NUM_DECODE_TENSORS] = {
         (void **)&cache->k, (void **)&cache->v, (void **)&cache->inputs, (void **)&cache->x,
         (void **)&cache->x2, (void **)&cache->ln, (void **)&cache->ln_mean,
-        (void **)&cache->ln_rstd, (void **)&cache->q, (void **)&cache->kv, (void **)&cache->atty,
+        (void **)&cache->ln_rstd, (void **)&cache->qkv, (void **)&cache->q, (void **)&cache->atty,
         (void **)&cache->proj, (void **)&cache->fch, (void **)&cache->fch_gelu,
         (void **)&cache->logits, (void **)&cache->argmax};
     char *p = cache->memory;
@@ -116,13 +116,13 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
         const floatX *qkv = model->acts.qkv + (size_t)l * N * 3 * C;   // (Bp, T, 3, NH, HS)
         floatX *k = cache->k + l * layer_stride, *v = cache->v + l * layer_stride;
         if (Bp == cache->B) {
-            kv_cache_store(k, v, qkv + C, qkv + 2 * C, 3 * (size_t)C, cache->inputs + cache->B,
-                           Bp, T, cache->maxT, cache->NH, cache->HS);
+            kv_cache_store(k, v, NULL, qkv, cache->inputs + cache->B, Bp, T, cache->maxT,
+                           cache->NH, cache->HS);
         } else {   // one prompt, the same keys and values in every sequence
             for (int b = 0; b < cache->B; b++) {
                 size_t offset = (size_t)b * cache->maxT * C;
-                kv_cache_store(k + offset, v + offset, qkv + C, qkv + 2 * C, 3 * (size_t)C,
-                               cache->inputs + cache->B, 1, T, cache->maxT, cache->NH, cache->HS);
+                kv_cache_store(k + offset, v + offset, NULL, qkv, cache->inputs + cache->B, 1, T,
+                               cache->maxT, cache->NH, cache->HS);
             }
         }
     }
@@ -155,15 +155,12 @@ static void decode_layers(void *arg) {
     size_t layer_stride = (size_t)B * maxT * C;
     const int *pos = d->inputs + B, *len = d->inputs + B + 1;
     for (int l = 0; l < L; l++) {
-        const floatX *qkvw = p.qkvw + (size_t)l * 3 * C * C, *qkvb = p.qkvb + l * 3 * C;
         floatX *kcache = d->k + l * layer_stride, *vcache = d->v + l * layer_stride;
-        // attention block: x2 = x + attproj(attention(q, cache + (k, v))), q, k, v of ln1(x)
+        // attention block: x2 = x + attproj(attention(q, cache + (k, v))), q, k, v of ln1(x);
+        // k and v go into the cache before the attention, so the token attends to itself
         layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x, p.ln1w + l * C, p.ln1b + l * C, B, C);
-        // the rows of qkvw are q's, then k's and v's: q alone, for attention_decode's layout,
-        // and (k, v) together, for the cache
-        matmul_forward(d->q, d->ln, qkvw, qkvb, B, C, C);
-        matmul_forward(d->kv, d->ln, qkvw + (size_t)C * C, qkvb + C, B, C, 2 * C);
-        kv_cache_store(kcache, vcache, d->kv, d->kv + C, 2 * (size_t)C, pos, B, 1, maxT, NH, HS);
+        matmul_forward(d->qkv, d->ln, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, B, C, 3 * C);
+        kv_cache_store(kcache, vcache, d->q, d->qkv, pos, B, 1, maxT, NH, HS);
         attention_decode_dev(d->atty, d->q, kcache, vcache, len, B, maxT, NH, HS);
         matmul_forward(d->proj, d->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, B, C, C);
         residual_forward(d->x2, d->x, d->proj, (size_t)B * C);

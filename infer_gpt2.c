@@ -58,7 +58,8 @@ static void usage(FILE *out) {
         "  --no-stop   do not stop at <|endoftext|> (benchmarks)\n"
         "  -h, --help  this text\n"
         "Generation stops at <|endoftext|>, after -n tokens, or when the context is full.\n"
-        "Timings (time to first token, decode tokens/s) go to stderr.\n");
+        "Timings (time to first token, decode tokens/s) go to stderr. On CUDA each decode step\n"
+        "is replayed as one CUDA graph; CUDA_GRAPHS=0 in the environment launches kernel by kernel.\n");
 }
 
 static Options parse_options(int argc, char **argv) {
@@ -406,8 +407,14 @@ int main(int argc, char **argv) {
     }
 
     GPT2Config config;
-    if (gpt2_config_from_name(&config, o.checkpoint, 1024) == 0) gpt2_init_random(&g.model, config, o.seed);
-    else gpt2_load_checkpoint(&g.model, o.checkpoint);
+    if (gpt2_config_from_name(&config, o.checkpoint, 1024) == 0) {
+        gpt2_init_random(&g.model, config, o.seed);
+    } else {
+        if (!file_exists(o.checkpoint))
+            die("%s: no such checkpoint (import_hf makes one from Hugging Face's GPT-2 weights, "
+                "train_gpt2 -o writes them; -c dN runs a random model)", o.checkpoint);
+        gpt2_load_checkpoint(&g.model, o.checkpoint);
+    }
     g.V = g.model.config.vocab_size;
     g.Vp = g.model.config.padded_vocab_size;
     g.maxT = g.model.config.max_seq_len;

@@ -58,19 +58,21 @@ void attention_decode_dev(floatX *out, const floatX *q, const floatX *kcache, co
     attention_decode(out, q, kcache, vcache, B, *len, maxT, NH, HS);
 }
 
-// kcache, vcache (B, maxT, NH, HS) rows pos..pos+T-1 = k, v (B, T, NH, HS), rows stride apart
-void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *k, const floatX *v,
-                    size_t stride, const int *pos, int B, int T, int maxT, int NH, int HS) {
+// kcache, vcache (B, maxT, NH, HS) rows pos..pos+T-1 = k, v of qkv (B, T, 3, NH, HS);
+// q (B, T, NH, HS) = its q, unless NULL
+void kv_cache_store(floatX *kcache, floatX *vcache, floatX *q, const floatX *qkv,
+                    const int *pos, int B, int T, int maxT, int NH, int HS) {
     const int start = *pos, C = NH * HS;
     if (start < 0 || start + T > maxT)
         die("kv_cache_store: positions %d..%d outside a cache of %d", start, start + T - 1, maxT);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
-            const size_t src = ((size_t)b * T + t) * stride;
+            const floatX *src = qkv + ((size_t)b * T + t) * 3 * C;
             const size_t dst = ((size_t)b * maxT + start + t) * C;
-            memcpy(kcache + dst, k + src, C * sizeof(floatX));
-            memcpy(vcache + dst, v + src, C * sizeof(floatX));
+            if (q) memcpy(q + ((size_t)b * T + t) * C, src, C * sizeof(floatX));
+            memcpy(kcache + dst, src + C, C * sizeof(floatX));
+            memcpy(vcache + dst, src + 2 * C, C * sizeof(floatX));
         }
     }
 }

@@ -229,12 +229,12 @@ void decode(floatX *out, const floatX *q, const floatX *kcache, const floatX *vc
     LAUNCH_CHECK();
 }
 
-// kcache, vcache rows (b, pos + t) = k, v rows (b, t); one thread per VEC channels
+// kcache, vcache rows (b, pos + t) = k, v of qkv row (b, t), and q row (b, t) = its q;
+// one thread per VEC channels
 template <int VEC>
 __global__ void kv_cache_store_kernel(bf16 *__restrict__ kcache, bf16 *__restrict__ vcache,
-                                      const bf16 *__restrict__ k, const bf16 *__restrict__ v,
-                                      size_t stride, const int *__restrict__ pos, int B, int T,
-                                      int maxT, int C) {
+                                      bf16 *__restrict__ q, const bf16 *__restrict__ qkv,
+                                      const int *__restrict__ pos, int B, int T, int maxT, int C) {
     const int nvec = C / VEC;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * T * nvec) return;
@@ -242,12 +242,17 @@ __global__ void kv_cache_store_kernel(bf16 *__restrict__ kcache, bf16 *__restric
     const size_t bt = idx / nvec;
     const int t = (int)(bt % T), b = (int)(bt / T);
     const int p = *pos + t;
-    if (p < 0 || p >= maxT) return;   // the caller checked; never write outside the cache
-    const size_t src = bt * stride + c, dst = ((size_t)b * maxT + p) * C + c;
+    const bf16 *src = qkv + bt * 3 * C + c;
     float x[VEC];
-    load_bf16<VEC>(x, k + src);
+    if (q) {
+        load_bf16<VEC>(x, src);
+        store_bf16<VEC>(q + bt * C + c, x);
+    }
+    if (p < 0 || p >= maxT) return;   // the caller checked; never write outside the cache
+    const size_t dst = ((size_t)b * maxT + p) * C + c;
+    load_bf16<VEC>(x, src + C);
     store_bf16<VEC>(kcache + dst, x);
-    load_bf16<VEC>(x, v + src);
+    load_bf16<VEC>(x, src + 2 * C);
     store_bf16<VEC>(vcache + dst, x);
 }
 
@@ -267,17 +272,17 @@ void attention_decode_dev(floatX *out, const floatX *q, const floatX *kcache, co
     decode(out, q, kcache, vcache, len, 0, maxT, B, maxT, NH, HS);
 }
 
-void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *k, const floatX *v,
-                    size_t stride, const int *pos, int B, int T, int maxT, int NH, int HS) {
+void kv_cache_store(floatX *kcache, floatX *vcache, floatX *q, const floatX *qkv,
+                    const int *pos, int B, int T, int maxT, int NH, int HS) {
     const int C = NH * HS, threads = 256;
     const size_t rows = (size_t)B * T;
     if (rows == 0) return;
-    if (C % 8 == 0 && stride % 8 == 0 && is_aligned16(kcache) && is_aligned16(vcache) &&
-        is_aligned16(k) && is_aligned16(v))
+    if (C % 8 == 0 && is_aligned16(kcache) && is_aligned16(vcache) && is_aligned16(qkv) &&
+        (!q || is_aligned16(q)))
         kv_cache_store_kernel<8><<<ceil_div(rows * (C / 8), threads), threads, 0, cuda_stream>>>(
-            BF(kcache), BF(vcache), CBF(k), CBF(v), stride, pos, B, T, maxT, C);
+            BF(kcache), BF(vcache), BF(q), CBF(qkv), pos, B, T, maxT, C);
     else
         kv_cache_store_kernel<1><<<ceil_div(rows * C, threads), threads, 0, cuda_stream>>>(
-            BF(kcache), BF(vcache), CBF(k), CBF(v), stride, pos, B, T, maxT, C);
+            BF(kcache), BF(vcache), BF(q), CBF(qkv), pos, B, T, maxT, C);
     LAUNCH_CHECK();
 }

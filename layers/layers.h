@@ -125,11 +125,11 @@ void attention_decode(floatX *out, const floatX *q, const floatX *kcache, const 
 // maxT positions and the parts past len return at once.
 void attention_decode_dev(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
                           const int *len, int B, int maxT, int NH, int HS);
-// Writes T positions into a KV cache at positions pos .. pos+T-1 (pos: one int32 in device
-// memory). kcache, vcache (B, maxT, NH, HS); k, v (B, T, NH, HS) with rows `stride` elements
-// apart: 3C when they point into a qkv tensor (B, T, 3, NH, HS), 2C into a (k, v) pair, C alone.
-void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *k, const floatX *v,
-                    size_t stride, const int *pos, int B, int T, int maxT, int NH, int HS);
+// Splits the qkv of T new positions: their keys and values go into the KV cache at positions
+// pos .. pos+T-1 (pos: one int32 in device memory), their queries, when q is not NULL, to q.
+// kcache, vcache (B, maxT, NH, HS); q (B, T, NH, HS) or NULL; qkv (B, T, 3, NH, HS).
+void kv_cache_store(floatX *kcache, floatX *vcache, floatX *q, const floatX *qkv,
+                    const int *pos, int B, int T, int maxT, int NH, int HS);
 // out[b] = the index of the largest of the first V entries of row b of logits (rows
 // row_stride elements apart), the smallest index among equals. out (B) int32 device array.
 void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int V);

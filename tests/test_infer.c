@@ -141,7 +141,7 @@ static void test_decode_matches_forward(unsigned long long *rng) {
     test_fill(qkv, n, 1.5f, rng);
     attention_forward(att, saved, scratch, qkv, B, T, NH, HS);
     int zero = 0;
-    kv_cache_store(kc, vc, qkv + C, qkv + 2 * C, 3 * (size_t)C, &zero, B, T, maxT, NH, HS);
+    kv_cache_store(kc, vc, NULL, qkv, &zero, B, T, maxT, NH, HS);
     double worst = 0.0;
     for (int t = 0; t < T; t++) {
         for (int b = 0; b < B; b++) {
@@ -159,20 +159,21 @@ static void test_decode_matches_forward(unsigned long long *rng) {
 
 static void test_kv_cache_store(unsigned long long *rng) {
     int B = 3, T = 4, NH = 2, HS = 3, C = NH * HS, maxT = 9, pos = 5;
-    size_t stride = 2 * C, cache = (size_t)B * maxT * C;
-    float *kv = malloc((size_t)B * T * stride * sizeof(float));
+    size_t cache = (size_t)B * maxT * C, n = (size_t)B * T * 3 * C;
+    float *qkv = malloc(n * sizeof(float)), *q = malloc((size_t)B * T * C * sizeof(float));
     float *kc = malloc(cache * sizeof(float)), *vc = malloc(cache * sizeof(float));
-    test_fill(kv, (size_t)B * T * stride, 1.0f, rng);
+    test_fill(qkv, n, 1.0f, rng);
     for (size_t i = 0; i < cache; i++) kc[i] = vc[i] = -7.0f;
-    kv_cache_store(kc, vc, kv, kv + C, stride, &pos, B, T, maxT, NH, HS);
-    int right = 1, untouched = 1;
+    kv_cache_store(kc, vc, q, qkv, &pos, B, T, maxT, NH, HS);
+    int right = 1, untouched = 1, queries = 1;
     for (int b = 0; b < B; b++) {
         for (int s = 0; s < maxT; s++) {
             for (int c = 0; c < C; c++) {
                 size_t i = ((size_t)b * maxT + s) * C + c;
                 if (s >= pos && s < pos + T) {
-                    const float *src = kv + ((size_t)b * T + (s - pos)) * stride;
-                    right &= kc[i] == src[c] && vc[i] == src[C + c];
+                    const float *src = qkv + ((size_t)b * T + (s - pos)) * 3 * C;
+                    right &= kc[i] == src[C + c] && vc[i] == src[2 * C + c];
+                    queries &= q[((size_t)b * T + (s - pos)) * C + c] == src[c];
                 } else {
                     untouched &= kc[i] == -7.0f && vc[i] == -7.0f;
                 }
@@ -181,7 +182,8 @@ static void test_kv_cache_store(unsigned long long *rng) {
     }
     CHECK(right, "kv_cache_store writes k and v at positions %d..%d of every sequence", pos, pos + T - 1);
     CHECK(untouched, "kv_cache_store leaves the other positions alone");
-    free(kv); free(kc); free(vc);
+    CHECK(queries, "kv_cache_store splits off the queries");
+    free(qkv); free(q); free(kc); free(vc);
 }
 
 static void test_argmax(unsigned long long *rng) {
@@ -581,7 +583,7 @@ static void test_infer_errors(void) {
     expect_error("prompt token 1 is id 260, outside the model's vocabulary [0, 260)", "token id out of range",
                  INFER " --prompt-ids 5,260", INFER_ARGS);
     expect_error("is not a list of token ids", "ids that are not numbers", INFER " --prompt-ids 5,x", INFER_ARGS);
-    expect_error("cannot open", "missing checkpoint", "%s -c %s/none.bin --tokenizer %s/tok.bin --vocab %s/vocab -p hi",
+    expect_error("none.bin: no such checkpoint (import_hf", "missing checkpoint", "%s -c %s/none.bin --tokenizer %s/tok.bin --vocab %s/vocab -p hi",
                  infer_bin, dir, dir, dir);
     expect_error("not a model checkpoint", "not a checkpoint", "%s -c %s/junk.bin --tokenizer %s/tok.bin --vocab %s/vocab -p hi",
                  infer_bin, dir, dir, dir);

@@ -100,31 +100,36 @@ static void test_attention_decode(unsigned long long *rng) {
 
 static void test_kv_cache_store(unsigned long long *rng) {
     int B = 3, T = 5, NH = 4, HS = 64, C = NH * HS, maxT = 12, pos = 6;
-    size_t stride = 3 * C, cache = (size_t)B * maxT * C, src_n = (size_t)B * T * stride;
+    size_t cache = (size_t)B * maxT * C, src_n = (size_t)B * T * 3 * C, q_n = (size_t)B * T * C;
     float *src = malloc(src_n * sizeof(float)), *kc = malloc(cache * sizeof(float));
     float *vc = malloc(cache * sizeof(float)), *zeros = calloc(cache, sizeof(float));
+    float *q = malloc(q_n * sizeof(float));
     test_fill(src, src_n, 1.0f, rng);
-    floatX *dsrc = upload_rounded(src, src_n);
+    floatX *dsrc = upload_rounded(src, src_n), *dq = dev_malloc(q_n * sizeof(floatX), "q");
     floatX *dk = dev_malloc(cache * sizeof(floatX), "k"), *dv = dev_malloc(cache * sizeof(floatX), "v");
     int *dpos = dev_malloc(sizeof(int), "pos");
     floatX_upload(dk, zeros, cache);
     floatX_upload(dv, zeros, cache);
+    poison(dq, q_n);
     dev_upload(dpos, &pos, sizeof(int));
-    kv_cache_store(dk, dv, dsrc + C, dsrc + 2 * C, stride, dpos, B, T, maxT, NH, HS);
+    kv_cache_store(dk, dv, dq, dsrc, dpos, B, T, maxT, NH, HS);
     floatX_download(kc, dk, cache);
     floatX_download(vc, dv, cache);
-    int right = 1;
+    floatX_download(q, dq, q_n);
+    int right = 1, queries = 1;
     for (int b = 0; b < B; b++)
         for (int s = 0; s < maxT; s++)
             for (int c = 0; c < C; c++) {
                 size_t i = ((size_t)b * maxT + s) * C + c;
-                const float *row = src + ((size_t)b * T + (s - pos)) * stride;
+                const float *row = src + ((size_t)b * T + (s - pos)) * 3 * C;
                 int in = s >= pos && s < pos + T;
                 right &= kc[i] == (in ? row[C + c] : 0.0f) && vc[i] == (in ? row[2 * C + c] : 0.0f);
+                if (in) queries &= q[((size_t)b * T + (s - pos)) * C + c] == row[c];
             }
     CHECK(right, "kv_cache_store copies k and v bit for bit to positions %d..%d, nothing else", pos, pos + T - 1);
-    dev_free(dsrc); dev_free(dk); dev_free(dv); dev_free(dpos);
-    free(src); free(kc); free(vc); free(zeros);
+    CHECK(queries, "kv_cache_store splits off the queries bit for bit");
+    dev_free(dsrc); dev_free(dq); dev_free(dk); dev_free(dv); dev_free(dpos);
+    free(src); free(kc); free(vc); free(zeros); free(q);
 }
 
 static void test_argmax(unsigned long long *rng) {
