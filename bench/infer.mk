@@ -1,14 +1,17 @@
 # bench/infer.mk: generation speed (included by the Makefile).
 #   make BACKEND=cuda bench-infer   bench/infer.sh: bench_infer beside Hugging Face generate()
 #                                   (scripts/hf_reference.py bench) in the same run, as a
-#                                   markdown table in build/<variant>/bench_infer.md
+#                                   markdown table in build/<variant>/bench/infer.md
+# bench_infer is one of gpu-bench (make cuda-build).
 
 # gpt2_decode.c belongs in CORE_SRC; until it is there, it is linked here (as in tests/gpu/infer.mk)
 DECODE_OBJ := $(if $(filter gpt2_decode.c,$(CORE_SRC)),,$(call obj,gpt2_decode.c))
 
 .PHONY: bench-infer
-$(BUILD)/bench_infer: $(call obj,bench/bench_infer.c) $(CORE_OBJ) $(DECODE_OBJ)
+gpu-bench: $(BUILD)/bench/bench_infer
+$(BUILD)/bench/bench_infer: $(call obj,bench/bench_infer.c) $(CORE_OBJ) $(DECODE_OBJ)
+	@mkdir -p $(dir $@)
 	$(LINK) $^ -o $@ $(LDLIBS)
 
-bench-infer: $(BUILD)/bench_infer
-	BUILD=$(BUILD) bash bench/infer.sh $(BUILD)/bench_infer.md
+bench-infer: $(BUILD)/bench/bench_infer
+	BUILD=$(BUILD) bash bench/infer.sh $(BUILD)/bench/infer.md

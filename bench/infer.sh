@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # bench/infer.sh [OUT.md]: generation speed of GPT-2 124M (random weights, bf16) beside
 # Hugging Face transformers' generate() on the same GPU in the same run, as a markdown table.
-#   ours: $BUILD/bench_infer (make BACKEND=cuda bench-infer builds it and runs this)
+#   ours: $BUILD/bench/bench_infer (make BACKEND=cuda bench-infer builds it and runs this)
 #   HF:   scripts/hf_reference.py bench (torch + transformers; the row is left out without them)
 # Same measures on both sides, greedy, median of 5 runs after a warm-up: time to first token
 # for a 1000-token prompt at batch 1; decode tokens/s over 256 steps after a 128-token prompt at
 # batch 1 and 64; decode at long context (after the 1000-token prompt, to the 1024 limit).
 set -euo pipefail
 BUILD=${BUILD:-build/cuda-flash}
-out=${1:-$BUILD/bench_infer.md}
+out=${1:-$BUILD/bench/infer.md}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-"$BUILD/bench_infer" -c d12 --ttft-prompt 1000 --prompt 128 -n 256 -b 64 -r 5 | tee "$tmp/ours.txt"
+if [ ! -x "$BUILD/bench/bench_infer" ]; then
+    echo "error: $BUILD/bench/bench_infer is not built (make BACKEND=cuda bench-infer)" >&2; exit 1
+fi
+"$BUILD/bench/bench_infer" -c d12 --ttft-prompt 1000 --prompt 128 -n 256 -b 64 -r 5 | tee "$tmp/ours.txt"
 if python3 -c "import torch, transformers" 2>/dev/null; then
     python3 scripts/hf_reference.py bench --ttft-prompt 1000 --prompt 128 -n 256 -b 64 -r 5 | tee "$tmp/hf.txt"
 else

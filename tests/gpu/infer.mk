@@ -3,15 +3,25 @@
 #                                      logits (tests/gpu/test_infer_gpu.c), then parity with
 #                                      Hugging Face transformers (tests/gpu/hf_parity.sh: needs
 #                                      python3 with torch and transformers; skipped without)
-# Both skip cleanly where there is no GPU.
+# Both skip cleanly where there is no GPU. test_infer_gpu is one of gpu-tests (make cuda-build,
+# scripts/gpu_check.sh runs every program in build/cuda-*/tests/gpu/).
 
 # gpt2_decode.c belongs in CORE_SRC; until it is there, the programs that need it get it here
 # (this is empty, and so does nothing, once CORE_SRC lists it)
 DECODE_OBJ := $(if $(filter gpt2_decode.c,$(CORE_SRC)),,$(call obj,gpt2_decode.c))
 $(BUILD)/infer_gpt2 $(BUILD)/tests/test_infer: $(DECODE_OBJ)
 
+# the CPU attention_decode, compiled a second time as plain C (floatX = float) with its symbols
+# renamed cpu_*: the GPU kernel's reference beside the double-precision one
+INFER_CPU_REF_SYMS = attention_decode attention_decode_dev kv_cache_store
+INFER_CPU_REF_OBJ = $(BUILD)/cpuref-infer/layers/decode_attention.o
+$(INFER_CPU_REF_OBJ): layers/decode_attention.c
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -DBACKEND_CUDA,$(CFLAGS)) $(foreach s,$(INFER_CPU_REF_SYMS),-D$(s)=cpu_$(s)) -c $< -o $@
+
 .PHONY: test-infer-gpu
-$(BUILD)/tests/gpu/test_infer_gpu: $(call obj,tests/gpu/test_infer_gpu.c) $(CORE_OBJ) $(DECODE_OBJ)
+gpu-tests: $(BUILD)/tests/gpu/test_infer_gpu
+$(BUILD)/tests/gpu/test_infer_gpu: $(call obj,tests/gpu/test_infer_gpu.c) $(INFER_CPU_REF_OBJ) $(CORE_OBJ) $(DECODE_OBJ)
 	@mkdir -p $(dir $@)
 	$(LINK) $^ -o $@ $(LDLIBS)
 

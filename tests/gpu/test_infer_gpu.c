@@ -1,5 +1,6 @@
 // test_infer_gpu.c: generation on the GPU (BACKEND=cuda, bf16 storage): the flash-decoding
-// kernel against a double-precision reference computed from the same bf16 inputs, the cache
+// kernel against a double-precision reference and against the CPU attention_decode (fp32),
+// both computed from the same bf16-rounded inputs, the cache
 // writes bit for bit, the argmax, and the model's KV-cached decoding (through a CUDA graph)
 // against recomputing the whole sequence. Prints SKIP and passes where there is no GPU.
 //
@@ -13,6 +14,10 @@
 
 #include "../../gpt2.h"
 #include "../test.h"
+
+// the CPU implementation (layers/decode_attention.c, floatX = float), renamed by tests/gpu/infer.mk
+void cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache,
+                          int B, int len, int maxT, int NH, int HS);
 
 // ----------------------------------------------------------------------------------------
 // attention_decode
@@ -69,7 +74,7 @@ static void test_attention_decode(unsigned long long *rng) {
         size_t cache = (size_t)B * maxT * C;
         float *q = malloc(B * C * sizeof(float)), *kc = malloc(cache * sizeof(float));
         float *vc = malloc(cache * sizeof(float)), *o = malloc(B * C * sizeof(float));
-        float *ref = malloc(B * C * sizeof(float));
+        float *ref = malloc(B * C * sizeof(float)), *cpu = malloc(B * C * sizeof(float));
         test_fill(q, B * C, 2.0f, rng);
         test_fill(kc, cache, 1.0f, rng);
         test_fill(vc, cache, 1.0f, rng);
@@ -81,11 +86,14 @@ static void test_attention_decode(unsigned long long *rng) {
             int len = lens[j];
             if (len > maxT) continue;
             reference_decode(ref, q, kc, vc, B, len, maxT, NH, HS);
+            cpu_attention_decode(cpu, q, kc, vc, B, len, maxT, NH, HS);
+            CHECK_CLOSE(cpu, ref, (size_t)B * C, 1e-5, "CPU attention_decode B=%d len=%d (the reference's check)", B, len);
             poison(dout, B * C);
             attention_decode(dout, dq, dk, dv, B, len, maxT, NH, HS);
             floatX_download(o, dout, B * C);
             CHECK_CLOSE(o, ref, (size_t)B * C, 1e-2, "attention_decode B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
+            CHECK_CLOSE(o, cpu, (size_t)B * C, 1e-2, "attention_decode against the CPU's, B=%d len=%d", B, len);
             poison(dout, B * C);
             dev_upload(dlen, &len, sizeof(int));
             attention_decode_dev(dout, dq, dk, dv, dlen, B, maxT, NH, HS);
@@ -94,7 +102,7 @@ static void test_attention_decode(unsigned long long *rng) {
                         B, len, maxT, NH, HS);
         }
         dev_free(dq); dev_free(dk); dev_free(dv); dev_free(dout); dev_free(dlen);
-        free(q); free(kc); free(vc); free(o); free(ref);
+        free(q); free(kc); free(vc); free(o); free(ref); free(cpu);
     }
 }
 
