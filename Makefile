@@ -41,7 +41,7 @@ endif
 BUILD = build/$(VARIANT)
 
 # ---- sources --------------------------------------------------------------------------
-CORE_SRC = gpt2.c utils.c data/dataloader.c data/tokenizer.c
+CORE_SRC = gpt2.c gpt2_decode.c utils.c data/dataloader.c data/tokenizer.c
 BPE_SRC = data/bpe.c
 ifeq ($(BACKEND),cuda)
 CFLAGS += -DBACKEND_CUDA
@@ -77,7 +77,7 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
--include data/data.mk
+-include data/data.mk data/import.mk
 # GPU tests and benchmarks (tests/gpu/*.mk, bench/*.mk) add their own rules
 -include $(wildcard tests/gpu/*.mk bench/*.mk)
 

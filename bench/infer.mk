@@ -4,12 +4,9 @@
 #                                   markdown table in build/<variant>/bench/infer.md
 # bench_infer is one of gpu-bench (make cuda-build).
 
-# gpt2_decode.c belongs in CORE_SRC; until it is there, it is linked here (as in tests/gpu/infer.mk)
-DECODE_OBJ := $(if $(filter gpt2_decode.c,$(CORE_SRC)),,$(call obj,gpt2_decode.c))
-
 .PHONY: bench-infer
 gpu-bench: $(BUILD)/bench/bench_infer
-$(BUILD)/bench/bench_infer: $(call obj,bench/bench_infer.c) $(CORE_OBJ) $(DECODE_OBJ)
+$(BUILD)/bench/bench_infer: $(call obj,bench/bench_infer.c) $(CORE_OBJ)
 	@mkdir -p $(dir $@)
 	$(LINK) $^ -o $@ $(LDLIBS)
 

@@ -21,6 +21,7 @@ typedef struct {
 enum { MAX_PLANS = 256 };
 static MatmulPlan plans[MAX_PLANS];
 static int plans_count = 0;
+static int plans_next_evicted = 0;   // the slot to recycle next once all are in use
 
 // largest power of two, up to 256, that divides the address: cuBLASLt picks kernels by it
 static int pointer_alignment(const void *p) {
@@ -40,11 +41,19 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
             p->align_d == align_d)
             return p;
     }
-    if (plans_count == MAX_PLANS) {
-        fprintf(stderr, "error: matmul: more than %d distinct GEMM shapes\n", MAX_PLANS);
-        exit(1);
+    // a full cache recycles its slots in turn (sampling and generation bring a new row count
+    // at every length; the shapes of a training step are few and come back at once)
+    MatmulPlan *p;
+    if (plans_count < MAX_PLANS) {
+        p = &plans[plans_count++];
+    } else {
+        p = &plans[plans_next_evicted];
+        plans_next_evicted = (plans_next_evicted + 1) % MAX_PLANS;
+        CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->a_layout));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b_layout));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->d_layout));
     }
-    MatmulPlan *p = &plans[plans_count];
     *p = MatmulPlan{transa, transb, m, n, k, lda, ldb, ldd, has_bias, accumulate,
                     align_a, align_b, align_d};
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -96,7 +105,6 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
     } else {
         p->algo = result.algo;
     }
-    plans_count++;
     return p;
 }
 

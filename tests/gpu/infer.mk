@@ -6,11 +6,6 @@
 # Both skip cleanly where there is no GPU. test_infer_gpu is one of gpu-tests (make cuda-build,
 # scripts/gpu_check.sh runs every program in build/cuda-*/tests/gpu/).
 
-# gpt2_decode.c belongs in CORE_SRC; until it is there, the programs that need it get it here
-# (this is empty, and so does nothing, once CORE_SRC lists it)
-DECODE_OBJ := $(if $(filter gpt2_decode.c,$(CORE_SRC)),,$(call obj,gpt2_decode.c))
-$(BUILD)/infer_gpt2 $(BUILD)/tests/test_infer: $(DECODE_OBJ)
-
 # the CPU attention_decode, compiled a second time as plain C (floatX = float) with its symbols
 # renamed cpu_*: the GPU kernel's reference beside the double-precision one
 INFER_CPU_REF_SYMS = attention_decode attention_decode_dev kv_cache_store
@@ -21,7 +16,7 @@ $(INFER_CPU_REF_OBJ): layers/decode_attention.c
 
 .PHONY: test-infer-gpu
 gpu-tests: $(BUILD)/tests/gpu/test_infer_gpu
-$(BUILD)/tests/gpu/test_infer_gpu: $(call obj,tests/gpu/test_infer_gpu.c) $(INFER_CPU_REF_OBJ) $(CORE_OBJ) $(DECODE_OBJ)
+$(BUILD)/tests/gpu/test_infer_gpu: $(call obj,tests/gpu/test_infer_gpu.c) $(INFER_CPU_REF_OBJ) $(CORE_OBJ)
 	@mkdir -p $(dir $@)
 	$(LINK) $^ -o $@ $(LDLIBS)
 
