@@ -2,7 +2,7 @@
 # Everything that needs the GPU, in one script: build, GPU tests, parity with Hugging Face,
 # memcheck, training runs and benchmarks, with the PyTorch baselines in the same run.
 #   scripts/gpu_check.sh [STAGE ...]     (default: all stages, in order)
-# Stages: env build test sanitize parity curves train bench-attn bench-infer
+# Stages: env build test curves sanitize parity train bench-attn bench-layers bench-infer
 # Logs go to $OUT (or out/gpu_check); a short table of results is printed last.
 # Where PCRE2's header is not installed, put it in .carry/pcre2 (dpkg -x of Debian's
 # libpcre2-dev; see docs/PERF.md "How these were measured").
@@ -39,35 +39,52 @@ stage_env() {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 }
 
+# Builds both CUDA variants (and a portable CPU build, the fp32 reference of the parity
+# checks) unless binaries that run are already there (built elsewhere and carried here).
 stage_build() {
+    local cpu=build/cpu-portable
     for attn in flash naive; do
-        run_logged "build-$attn" make -j"$JOBS" BACKEND=cuda ATTENTION=$attn "${MAKEVARS[@]}" \
-            all cuda-build gpu-tests gpu-bench build/cuda-$attn/parity_dump || return 1
+        if build/cuda-$attn/train_gpt2 --help >/dev/null 2>&1 && [ -x build/cuda-$attn/tests/gpu/test_layers_gpu ]; then
+            note "| build-$attn | prebuilt binaries run |"
+        else
+            run_logged "build-$attn" make -j"$JOBS" BACKEND=cuda ATTENTION=$attn OPT=-O3 "${MAKEVARS[@]}" \
+                cuda-build build/cuda-$attn/import_hf || return 1
+        fi
     done
+    if ! $cpu/infer_gpt2 --help >/dev/null 2>&1; then
+        run_logged "build-cpu" make -j"$JOBS" BACKEND=cpu BUILD=$cpu OPT=-O3 "${MAKEVARS[@]}" \
+            $cpu/infer_gpt2 $cpu/parity_dump || return 1
+    fi
 }
 
 stage_test() {
-    for attn in flash naive; do
-        for t in build/cuda-$attn/tests/gpu/*; do
-            [ -x "$t" ] && [ -f "$t" ] && run_logged "$(basename "$t")-$attn" "$t"
-        done
-    done
+    local b=build/cuda-flash/tests/gpu
+    run_logged "test_layers_gpu" $b/test_layers_gpu
+    run_logged "test_attention_gpu" $b/test_attention_gpu
+    run_logged "test_infer_gpu" $b/test_infer_gpu
+    run_logged "hf-infer-parity" env BUILD=build/cuda-flash CPU_BUILD=build/cpu-portable bash tests/gpu/hf_parity.sh
 }
 
 stage_sanitize() {
     for attn in flash naive; do
         run_logged "memcheck-train-$attn" compute-sanitizer --tool memcheck --error-exitcode 1 \
-            build/cuda-$attn/train_gpt2 $TRAIN_DATA -e d2 -b 2 -t 128 -x 2 -v 1 -m 1 -s 1 -g 4
+            build/cuda-$attn/train_gpt2 $TRAIN_DATA -e d2 -b 2 -t 96 -x 2 -v 1 -m 1 -s 2 -g 4
     done
-    for t in build/cuda-flash/tests/gpu/test_attention_gpu; do
-        [ -x "$t" ] && run_logged "racecheck-attention" compute-sanitizer --tool racecheck --error-exitcode 1 "$t" --quick
-    done
+    run_logged "memcheck-attention" compute-sanitizer --tool memcheck --error-exitcode 1 \
+        build/cuda-flash/tests/gpu/test_attention_gpu --quick
+    run_logged "racecheck-attention" compute-sanitizer --tool racecheck --error-exitcode 1 \
+        build/cuda-flash/tests/gpu/test_attention_gpu --quick
+    run_logged "memcheck-infer" compute-sanitizer --tool memcheck --error-exitcode 1 \
+        build/cuda-flash/infer_gpt2 -c "$OUT/curve-flash/model_00000100.bin" -p "ROMEO:" -n 8 --seed 1
 }
 
+# GPT2LMHeadModel (12 layers, random weights) against our CUDA builds (bf16) and CPU (fp32)
 stage_parity() {
     for attn in flash naive; do
-        run_logged "hf-parity-$attn" python3 scripts/hf_parity.py build/cuda-$attn/parity_dump --layers 12 --B 4 --T 64
+        run_logged "hf-parity-$attn" python3 scripts/hf_parity.py build/cuda-$attn/parity_dump
     done
+    run_logged "hf-parity-cpu" python3 scripts/hf_parity.py build/cpu-portable/parity_dump \
+        --tol-logits 1e-4 --tol-grads 1e-3 --tol-loss 1e-4
 }
 
 # same seed, same data order: the loss curves of the two attention backends over 100 steps
@@ -107,12 +124,17 @@ stage_bench_attn() {
     run_logged "torch-attention" python3 "$BENCH/torch_attention.py"
 }
 
+stage_bench_layers() {
+    run_logged "bench-layers-B16" build/cuda-naive/bench/bench_layers_gpu 16
+    run_logged "bench-layers-B64" build/cuda-naive/bench/bench_layers_gpu 64
+}
+
 stage_bench_infer() {
-    [ -x bench/infer.sh ] && run_logged "bench-infer" bash bench/infer.sh
+    run_logged "bench-infer" env BUILD=build/cuda-flash bash bench/infer.sh
 }
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(env build test sanitize parity curves train bench-attn bench-infer)
+[ ${#stages[@]} -eq 0 ] && stages=(env build test curves sanitize parity train bench-attn bench-layers bench-infer)
 for s in "${stages[@]}"; do
     echo "===================== $s"
     "stage_${s//-/_}"
