@@ -13,13 +13,14 @@
 # Where a GPU is visible it runs on it (BACKEND=cuda, GPT-2 small); elsewhere on the CPU with a
 # small model, and says so.
 #
-# usage: scripts/compare.sh [--steps N] [-b B] [-t T] [--model dN] [--out DIR]
+# usage: scripts/compare.sh [--steps N] [-b B] [-t T] [--model dN|CHECKPOINT] [--out DIR]
 #                           [--backend cpu|cuda] [--tiny]
-#   --tiny   the CI mode: a 2-layer model, B=2, T=64, 6 steps, the quick microbenchmark
+#   defaults: on the GPU d12 (GPT-2 small), B=16, T=1024, 100 steps; on the CPU d4, B=4, T=128,
+#   20 steps; --tiny (the CI mode): d2, B=2, T=64, 6 steps and the shortest microbenchmark
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '16,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '/^# usage:/,/^#   20 steps/p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "error: compare.sh: $*" >&2; exit 1; }
 
 steps="" B="" T="" model="" out="" backend="" tiny=0
@@ -117,26 +118,72 @@ for attn in naive flash; do
 done
 
 # ---- attention microbenchmark ------------------------------------------------------------------------
-# Both backends in one program, timed over T at a constant B*T; its CSV, one row per (T, backend):
+# Both backends in one program, timed over T; attention.csv has one row per (T, backend), with the
+# columns of bench/attention.cu's --csv:
 # T,B,NH,HS,backend,status,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,counted_bytes,measured_bytes
+# (status: ok, or oom where the backend could not allocate; counted_bytes: q,k,v, out, dout, dqkv,
+# what the backend saves for backward, its scratch; measured_bytes: the drop in free GPU memory).
+attention_cmd="" attention_note=""
+
+# bench/bench_attention_cpu.c prints a markdown table and no CSV: its rows, converted to the
+# columns above. counted_bytes: q,k,v, out, dout, dqkv in fp32 plus its "saved + scratch" column
+# (rounded to 0.1 of a unit by the program); measured_bytes is left empty.
+cpu_bench_table_to_csv() {   # markdown on stdin, CSV on stdout
+    awk '
+        function to_bytes(text,   f) { split(text, f, " ")
+            return f[1] * (f[2] == "KiB" ? 1024 : f[2] == "MiB" ? 1048576 : f[2] == "GiB" ? 1073741824 : 1) }
+        BEGIN { print "T,B,NH,HS,backend,status,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,counted_bytes,measured_bytes" }
+        match($0, /B=[0-9]+ NH=[0-9]+ HS=[0-9]+/) {
+            split(substr($0, RSTART, RLENGTH), kv, /[ =]/); B = kv[2]; NH = kv[4]; HS = kv[6] }
+        /^\| *[0-9]+ *\|/ {
+            n = split($0, c, "|"); for (i = 2; i < n; i++) gsub(/^ +| +$/, "", c[i])
+            T = c[2]; split(c[9], kept, " \\+ ")
+            bytes = 4 * (2 * B * T * 3 * NH * HS + 2 * B * T * NH * HS) + to_bytes(kept[1]) + to_bytes(kept[2])
+            printf "%d,%d,%d,%d,%s,ok,%s,%.5f,%s,%.5f,%.0f,\n", T, B, NH, HS, c[3], c[4], c[5] / 1000, c[6], c[7] / 1000, bytes
+        }'
+}
+
 run_attention_bench() {
-    local bin args=()
+    local bin args=() csv_flag=1
     if [ "$backend" = cuda ]; then
         bin=build/cuda-flash/bench/attention
         [ "$tiny" -eq 1 ] && args+=(--tmax 4096)
+        build flash "$bin"
     else
         if [ ! -f bench/bench_attention_cpu.c ]; then
             echo "compare: attention microbenchmark: none for the CPU in bench/ yet (bench/bench_attention_cpu.c): no attention.csv, no attention plots"
             return 0
         fi
         bin=build/cpu-flash/bench/bench_attention_cpu
-        [ "$tiny" -eq 1 ] && args+=(--tmax 256)
+        # a make rule for it? (-B -n: what make would run; "Nothing to be done" where it has none)
+        if "$MAKE_CMD" -n -B "${makevars[@]}" ATTENTION=flash "$bin" 2>/dev/null | grep -qF -- "$bin"; then
+            build flash "$bin"
+        else
+            # no make rule for it (yet): linked as tests/test_attention is, both backends renamed
+            local objs=(build/cpu-flash/attention/naive.renamed.o build/cpu-flash/attention/flash.renamed.o build/cpu-flash/utils.c.o)
+            build flash "${objs[@]}"
+            bin=build/cpu-flash/compare/bench_attention_cpu
+            mkdir -p "$(dirname "$bin")"
+            "${CC:-cc}" -O3 -march=native -std=c11 -D_GNU_SOURCE -fopenmp bench/bench_attention_cpu.c "${objs[@]}" \
+                -o "$bin" -lm -lgomp || die "could not compile bench/bench_attention_cpu.c"
+        fi
+        grep -q -- '--csv' bench/bench_attention_cpu.c || csv_flag=0
+        if [ "$tiny" -eq 1 ]; then
+            if [ "$csv_flag" -eq 1 ]; then args+=(--tmax 512); else args+=(1); fi   # 1: one timed repeat
+        fi
     fi
-    echo "compare: attention microbenchmark: $bin --csv $out/attention.csv ${args[*]}"
-    build flash "$bin"
-    attention_cmd="$bin --csv attention.csv${args[*]:+ ${args[*]}}"
-    "$bin" --csv "$out/attention.csv" "${args[@]}" >"$out/attention.log" 2>&1 ||
+    if [ "$csv_flag" -eq 1 ]; then
+        attention_cmd="$bin --csv attention.csv${args[*]:+ ${args[*]}}"
+        args=(--csv "$out/attention.csv" "${args[@]}")
+    else
+        attention_cmd="$bin${args[*]:+ ${args[*]}}"
+        attention_note="attention.csv converted from the markdown table the program prints (it has no --csv); memory: q,k,v, out and their gradients in fp32, plus its saved + scratch column"
+    fi
+    echo "compare: attention microbenchmark: $attention_cmd"
+    "$bin" "${args[@]}" >"$out/attention.log" 2>&1 ||
         { tail -n 20 "$out/attention.log" >&2; die "$bin failed (whole output: $out/attention.log)"; }
+    [ "$csv_flag" -eq 1 ] || cpu_bench_table_to_csv <"$out/attention.log" >"$out/attention.csv"
+    [ "$(wc -l <"$out/attention.csv")" -gt 1 ] || die "$bin wrote no rows (its output: $out/attention.log)"
     grep '^|' "$out/attention.log" | sed 's/^/  /'
 }
 run_attention_bench
@@ -162,19 +209,33 @@ to_bytes() {   # "131.8 MiB" -> bytes
         else if (u == "GiB") m = 1073741824; else if (u == "TiB") m = 1099511627776
         printf "%.0f\n", $1 * m }'
 }
-for attn in naive flash; do
-    for what in ms tok_s memory train val; do
-        v=$(summary_field "$attn" "$what")
-        [ -n "$v" ] || die "no '$what' figure in the summary line of $out/train_$attn.log"
-        printf -v "${what}_$attn" '%s' "$v"
-    done
-done
+figure() {   # figure ATTN WHAT: summary_field, or stop where the summary line lacks it
+    local v
+    v=$(summary_field "$1" "$2")
+    [ -n "$v" ] || die "no '$2' figure in the summary line of $out/train_$1.log"
+    echo "$v"
+}
+# one assignment a line, so that set -e stops at a missing figure
+ms_naive=$(figure naive ms)
+ms_flash=$(figure flash ms)
+tok_s_naive=$(figure naive tok_s)
+tok_s_flash=$(figure flash tok_s)
+memory_naive=$(figure naive memory)
+memory_flash=$(figure flash memory)
+train_naive=$(figure naive train)
+train_flash=$(figure flash train)
+val_naive=$(figure naive val)
+val_flash=$(figure flash val)
 
+# the machine: the program's own "| device |" line (the GPU's name first), and on the CPU its model
+device=$(sed -nE 's/^\| device +\| (.*)$/\1/p' "$out/train_flash.log" | head -n 1)
 if [ "$backend" = cuda ]; then
-    machine=$(sed -nE 's/^\| device +\| (.*)$/\1/p' "$out/train_flash.log" | head -n 1)
+    machine=$device
+    machine_short=${device%%,*}
 else
     cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || true)
-    machine="${cpu_model:-unknown CPU} ($(nproc) cores): $(sed -nE 's/^\| device +\| (.*)$/\1/p' "$out/train_flash.log" | head -n 1)"
+    machine_short="${cpu_model:-unknown CPU}, $(nproc) cores"
+    machine="$machine_short; $device"
 fi
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || commit="$commit with uncommitted changes"
@@ -182,6 +243,14 @@ params=$(sed -nE 's/^\| parameters +\| ([0-9]+) \(([^)]*)\).*/\2/p' "$out/train_
 tokens_per_step=$(( B * T ))
 date_utc=$(date -u '+%Y-%m-%d %H:%M UTC')
 
+# "causal, NH=12, HS=64, B=1" or, where B changes with T, "B*T = 16384 tokens (B at least 1)"
+attention_shape() {
+    awk -F, 'NR == 1 { next }
+        NR == 2 { nh = $3; hs = $4; b = $2; tokens = $1 * $2 }
+        $2 != b { varies = 1 }
+        END { printf "causal, NH=%s, HS=%s, ", nh, hs
+              if (varies) printf "B*T = %d tokens (B at least 1)", tokens; else printf "B=%s", b }' "$1"
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 difference() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.6f", a - b }'; }
 {
@@ -195,21 +264,21 @@ difference() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.6f", a - b }'; }
     echo
     echo "| attention | ms/step | tokens/s | peak $backend memory | final train loss | final val loss |"
     echo "|---|--:|--:|--:|--:|--:|"
-    for attn in naive flash; do
-        m="ms_$attn" t="tok_s_$attn" mem="memory_$attn" tr="train_$attn" va="val_$attn"
-        echo "| $attn | ${!m} | ${!t} | ${!mem} | ${!tr} | ${!va} |"
-    done
+    echo "| naive | $ms_naive | $tok_s_naive | $memory_naive | $train_naive | $val_naive |"
+    echo "| flash | $ms_flash | $tok_s_flash | $memory_flash | $train_flash | $val_flash |"
     echo "| flash vs naive | $(ratio "$ms_naive" "$ms_flash") | $(ratio "$tok_s_flash" "$tok_s_naive") | $(ratio "$(to_bytes "$memory_naive")" "$(to_bytes "$memory_flash")") | $(difference "$train_flash" "$train_naive") | $(difference "$val_flash" "$val_naive") |"
     if [ -s "$out/attention.csv" ]; then
         echo
         echo "## Attention alone, over T ($backend)"
         echo
-        awk -F, 'NR == 2 { printf "- causal, NH=%s, HS=%s, B*T = %d tokens (B at least 1); median time per call; memory: the bytes the backend allocates (q,k,v, out, their gradients, what it saves for backward, scratch); TFLOP/s: forward 2*B*NH*T^2*HS (causal), forward+backward 3.5x that\n", $3, $4, $1 * $2 }' "$out/attention.csv"
-        echo "- command: \`$attention_cmd\`"
+        echo "- $(attention_shape "$out/attention.csv"); median time per call; memory: the bytes the backend allocates (q,k,v, out, their gradients, what it saves for backward, scratch); FLOPs: forward 2*B*NH*T^2*HS (causal), forward+backward 3.5x that"
+        echo "- command: \`$attention_cmd\`${attention_note:+; $attention_note}"
         echo
-        echo "| T | B | fwd ms naive | fwd ms flash | fwd+bwd ms naive | fwd+bwd ms flash | fwd+bwd speedup | flash fwd+bwd TFLOP/s | memory naive | memory flash |"
+        local_flops=TFLOP/s; flops_scale=1
+        [ "$backend" = cpu ] && { local_flops=GFLOP/s; flops_scale=1000; }
+        echo "| T | B | fwd ms naive | fwd ms flash | fwd+bwd ms naive | fwd+bwd ms flash | fwd+bwd speedup | flash fwd+bwd $local_flops | memory naive | memory flash |"
         echo "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
-        awk -F, '
+        awk -F, -v flops_scale="$flops_scale" '
             function bytes(x,   u, i) { split("B KiB MiB GiB TiB", u, " "); i = 1
                 while (x >= 1024 && i < 5) { x /= 1024; i++ }
                 return sprintf(i == 1 ? "%.0f %s" : "%.1f %s", x, u[i]) }
@@ -224,7 +293,7 @@ difference() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.6f", a - b }'; }
                     ff = ok[k, "flash"] ? sprintf("%.3f", fwd[k, "flash"]) : "out of memory"
                     fbs = ok[k, "flash"] ? sprintf("%.3f", fb[k, "flash"]) : "out of memory"
                     sp = ok[k, "naive"] && ok[k, "flash"] ? sprintf("%.2fx", fb[k, "naive"] / fb[k, "flash"]) : "-"
-                    tfl = ok[k, "flash"] ? sprintf("%.1f", tf[k, "flash"]) : "-"
+                    tfl = ok[k, "flash"] ? sprintf("%.3g", tf[k, "flash"] * flops_scale) : "-"
                     mn = bytes(mem[k, "naive"]) (ok[k, "naive"] ? "" : " (needed)")
                     printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k, batch[k], nf, ff, nb, fbs, sp, tfl, mn, bytes(mem[k, "flash"])
                 }
@@ -234,12 +303,12 @@ difference() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.6f", a - b }'; }
 
 # ---- plots -------------------------------------------------------------------------------------------
 command -v gnuplot >/dev/null 2>&1 || die "gnuplot is not installed: run scripts/setup.sh (Debian's gnuplot-nox)"
-subtitle="$backend: ${machine%%,*}; model $model, B=$B, T=$T; commit ${commit%% *}"
-gnuplot -c scripts/compare_plot.gnuplot "$out" "$subtitle" ||
+gnuplot -c scripts/compare_plot.gnuplot "$out" "$backend: $machine_short; commit ${commit%% *}" \
+    "model $model, B=$B, T=$T, $steps steps" ||
     die "gnuplot failed on scripts/compare_plot.gnuplot"
 
 echo
 cat "$out/table.md"
 echo
-echo "compare: wrote $(cd "$out" && ls | tr '\n' ' ')"
+echo "compare: wrote $(cd "$out" && echo *)"
 echo "compare: into $out"

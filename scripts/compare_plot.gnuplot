@@ -1,5 +1,7 @@
 # scripts/compare_plot.gnuplot: the plots of scripts/compare.sh, drawn from the files it wrote.
-#   gnuplot -c scripts/compare_plot.gnuplot DIR [SUBTITLE]
+#   gnuplot -c scripts/compare_plot.gnuplot DIR [MACHINE] [RUN]
+# MACHINE (e.g. "cuda: NVIDIA H200; commit abc1234") goes under every title, RUN (the training
+# configuration) under the training plots' titles.
 # DIR holds train_naive.csv and train_flash.csv (train_gpt2's log.csv: step,kind,loss,grad_norm,
 # lr,ms,tokens_per_s) and, when the microbenchmark ran, attention.csv (bench/attention.cu's
 # --csv: T,B,NH,HS,backend,status,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,counted_bytes,
@@ -11,9 +13,10 @@
 # On the attention plots a red cross marks each T where naive could not allocate.
 # Rows are picked with grep and awk, so DIR must not contain a single quote.
 
-if (ARGC < 1) { print "usage: gnuplot -c scripts/compare_plot.gnuplot DIR [SUBTITLE]"; exit status 2 }
+if (ARGC < 1) { print "usage: gnuplot -c scripts/compare_plot.gnuplot DIR [MACHINE] [RUN]"; exit status 2 }
 dir = ARG1
-subtitle = ARGC >= 2 ? ARG2 : ""
+machine = ARGC >= 2 ? ARG2 : ""
+run = ARGC >= 3 ? ARG3 : ""
 naive_csv = dir . "/train_naive.csv"
 flash_csv = dir . "/train_flash.csv"
 attention_csv = dir . "/attention.csv"
@@ -29,7 +32,9 @@ set key top right box opaque
 set border lc rgb "#444444"
 naive_color = "#d62728"
 flash_color = "#1f77b4"
-title(main) = subtitle eq "" ? main : main . "\n" . subtitle
+# a title, and under it what the plot was measured on
+title(main, sub) = sub eq "" ? main : main . "\n" . sub
+training_sub = machine . (machine ne "" && run ne "" ? "; " : "") . run
 
 # rows of a training log of one kind (train or val), without the header
 rows(file, kind) = sprintf("< grep ',%s,' '%s'", kind, file)
@@ -54,7 +59,7 @@ set xtics tic_step(last_step)
 set size 1, 0.70
 set origin 0, 0.30
 set bmargin 0.5
-set title title("Training loss, naive vs flash attention (same seed, same batches)")
+set title title("Training loss, naive vs flash attention (same seed, same batches)", training_sub)
 set ylabel "cross-entropy loss (nats/token)"
 set format x ""
 set xlabel ""
@@ -93,7 +98,7 @@ set key top right
 set output dir . "/step_ms.png"
 stats rows(naive_csv, "train") every ::1 using 6 name "naive_ms" nooutput
 stats rows(flash_csv, "train") every ::1 using 6 name "flash_ms" nooutput
-set title title("Time per training step (step 1, a warm-up, left out)")
+set title title("Time per training step (step 1, a warm-up, left out)", training_sub)
 set xlabel "optimizer step"
 set ylabel "time per step (ms)"
 set xrange [1:last_step]
@@ -109,43 +114,45 @@ set xtics autofreq
 set key top right
 
 # ---- attention plots: only where the microbenchmark ran --------------------------------------------
-if (system(sprintf("test -s '%s' && echo yes || echo no", attention_csv)) eq "yes") {
-    attn(backend, status) = sprintf("< grep ',%s,%s,' '%s'", backend, status, attention_csv)
-    oom_count = int(system(sprintf("grep -c ',naive,oom,' '%s' || true", attention_csv)))
-    shape = system(sprintf("awk -F, 'NR == 2 { printf \"NH=%%s, HS=%%s, B = %%d / T, at least 1\", $3, $4, $1 * $2 }' '%s'", attention_csv))
-    set logscale xy 2
-    set logscale y 10
-    set format x "%.0f"
-    set xlabel "sequence length T (tokens)"
-    set key top left
-    stats attention_csv every ::1 using 1 name "seq" nooutput
-    set xrange [seq_min / 1.25 : seq_max * 1.25]
+if (system(sprintf("test -s '%s' && echo yes || echo no", attention_csv)) eq "no") { exit }
+attn(backend, status) = sprintf("< grep ',%s,%s,' '%s'", backend, status, attention_csv)
+oom_count = int(system(sprintf("grep -c ',naive,oom,' '%s' || true", attention_csv)))
+# the out-of-memory crosses, a plot element only where there are some (@ expands the string)
+oom_time = oom_count == 0 ? "" : \
+    ", attn(\"naive\", \"oom\") using 1:(oom_y) with points pt 2 ps 3 lw 3 lc rgb naive_color title \"naive: out of memory (not timed)\""
+oom_memory = oom_count == 0 ? "" : \
+    ", attn(\"naive\", \"oom\") using 1:($11 / mem_unit) with points pt 2 ps 3 lw 3 lc rgb naive_color title \"naive: out of memory (what it would need)\""
+shape = system(sprintf("awk -F, 'NR == 1 { next } NR == 2 { nh = $3; hs = $4; b = $2; tokens = $1 * $2 } $2 != b { varies = 1 } END { printf \"NH=%%s, HS=%%s, \", nh, hs; if (varies) printf \"B*T = %%d tokens, B at least 1\", tokens; else printf \"B=%%s\", b }' '%s'", attention_csv))
+set logscale xy 2
+set logscale y 10
+set format x "%.0f"
+set xlabel "sequence length T (tokens)"
+set key top left
+stats attention_csv every ::1 using 1 name "seq" nooutput
+set xrange [seq_min / 1.25 : seq_max * 1.25]
 
-    # time
-    set output dir . "/attention_time.png"
-    stats attention_csv every ::1 using 9 name "t" nooutput
-    set title title("Causal attention time against sequence length (" . shape . ")")
-    set ylabel "time per call (ms, median)"
-    oom_y = t_max * 2
-    set yrange [*:oom_y * 2]
-    plot attn("naive", "ok") using 1:9 with linespoints lw 2 pt 7 lc rgb naive_color title "naive, forward+backward", \
-         attn("naive", "ok") using 1:7 with linespoints lw 2 dt 2 pt 6 lc rgb naive_color title "naive, forward", \
-         attn("flash", "ok") using 1:9 with linespoints lw 2 pt 5 lc rgb flash_color title "flash, forward+backward", \
-         attn("flash", "ok") using 1:7 with linespoints lw 2 dt 2 pt 4 lc rgb flash_color title "flash, forward", \
-         attn("naive", "oom") using 1:(oom_y) with points pt 2 ps 3 lw 3 lc rgb naive_color \
-             title (oom_count > 0 ? "naive: out of memory (not timed)" : "")
-    set yrange [*:*]
+# time
+set output dir . "/attention_time.png"
+stats attention_csv every ::1 using 9 name "t" nooutput
+set title title("Causal attention time against sequence length (" . shape . ")", machine)
+set ylabel "time per call (ms, median)"
+oom_y = t_max * 2   # the crosses sit above every timed point
+if (oom_count > 0) { set yrange [*:oom_y * 2] }
+plot attn("naive", "ok") using 1:9 with linespoints lw 2 pt 7 lc rgb naive_color title "naive, forward+backward", \
+     attn("naive", "ok") using 1:7 with linespoints lw 2 dt 2 pt 6 lc rgb naive_color title "naive, forward", \
+     attn("flash", "ok") using 1:9 with linespoints lw 2 pt 5 lc rgb flash_color title "flash, forward+backward", \
+     attn("flash", "ok") using 1:7 with linespoints lw 2 dt 2 pt 4 lc rgb flash_color title "flash, forward" \
+     @oom_time
+set yrange [*:*]
 
-    # memory: the bytes each backend allocates (qkv, out, dout, dqkv, what it saves for backward,
-    # scratch); where naive ran out of memory, what it would have needed
-    set output dir . "/attention_memory.png"
-    stats attention_csv every ::1 using 11 name "m" nooutput
-    mem_unit = m_max >= 2**30 ? 2**30 : 2**20
-    mem_name = m_max >= 2**30 ? "GiB" : "MiB"
-    set title title("Attention memory against sequence length (" . shape . ")")
-    set ylabel sprintf("memory allocated (%s): q,k,v, out, gradients, saved, scratch", mem_name)
-    plot attn("naive", "ok") using 1:($11 / mem_unit) with linespoints lw 2 pt 7 lc rgb naive_color title "naive (saves P: B*NH*T^2)", \
-         attn("flash", "ok") using 1:($11 / mem_unit) with linespoints lw 2 pt 5 lc rgb flash_color title "flash (saves logsumexp: B*NH*T)", \
-         attn("naive", "oom") using 1:($11 / mem_unit) with points pt 2 ps 3 lw 3 lc rgb naive_color \
-             title (oom_count > 0 ? "naive: out of memory (what it would need)" : "")
-}
+# memory: the bytes each backend allocates (qkv, out, dout, dqkv, what it saves for backward,
+# scratch); where naive ran out of memory, what it would have needed
+set output dir . "/attention_memory.png"
+stats attention_csv every ::1 using 11 name "m" nooutput
+mem_unit = m_max >= 2**30 ? 2**30 : 2**20
+mem_name = m_max >= 2**30 ? "GiB" : "MiB"
+set title title("Attention memory against sequence length (" . shape . ")", machine)
+set ylabel sprintf("memory allocated (%s): q,k,v, out, gradients, saved, scratch", mem_name)
+plot attn("naive", "ok") using 1:($11 / mem_unit) with linespoints lw 2 pt 7 lc rgb naive_color title "naive (saves P: B*NH*T^2)", \
+     attn("flash", "ok") using 1:($11 / mem_unit) with linespoints lw 2 pt 5 lc rgb flash_color title "flash (saves logsumexp: B*NH*T)" \
+     @oom_memory

@@ -7,7 +7,7 @@
 # and exits non-zero when anything failed. Needs gnuplot (scripts/setup.sh) and the data
 # (`make data`, which compare.sh runs; CI sets DATA_SRC).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 name=tests/test_compare.sh
 passed=0; failed=0; skipped=0
 check() {   # check DESCRIPTION COMMAND...: passes when COMMAND succeeds
@@ -54,7 +54,6 @@ well_formed() {
             printf "  %s line %d: %s\n", FILENAME, NR, $0; bad = 1 }
         END { exit bad }' "$1"
 }
-train_steps() { grep -c ',train,' "$1"; }
 for attn in naive flash; do
     f="$out/train_$attn.csv"
     check "train_$attn.csv exists" test -s "$f"
