@@ -18,6 +18,7 @@
 #   defaults: on the GPU d12 (GPT-2 small), B=16, T=1024, 100 steps; on the CPU d4, B=4, T=128,
 #   20 steps; --tiny (the CI mode): d2, B=2, T=64, 6 steps and the shortest microbenchmark
 set -euo pipefail
+caller_dir=$PWD   # a relative --out is taken from where the script was called
 cd "$(dirname "$0")/.."
 
 usage() { sed -n '/^# usage:/,/^#   20 steps/p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -74,7 +75,12 @@ seed=1337
 train_flags=(-e "$model" -b "$B" -t "$T" -x "$steps" -l 6e-4 -u "$warmup" -q 0.1
              -v "$val_every" -m "$val_batches" -s 0 --seed "$seed")
 
-out=${out:-compare/$(date -u +%Y%m%d-%H%M%S)}
+if [ -z "$out" ]; then
+    out=compare/$(date -u +%Y%m%d-%H%M%S)    # in the repository
+elif [[ "$out" != /* ]]; then
+    out="$caller_dir/$out"
+fi
+[[ "$out" != *\'* ]] || die "the output folder's name must not contain a single quote (the plots read it through the shell)"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 echo "compare: model $model, B=$B, T=$T, $steps steps, seed $seed; results in $out"
@@ -107,12 +113,12 @@ for attn in naive flash; do
     echo "compare: training with $attn attention: build/$backend-$attn/train_gpt2 ${train_flags[*]}"
     scratch="$out/.run-$attn"    # -o also writes a final checkpoint, which is not kept
     rm -rf "$scratch"
-    if ! "build/$backend-$attn/train_gpt2" "${train_flags[@]}" -o "$scratch" >"$out/train_$attn.log" 2>&1; then
+    # everything to train_<attn>.log; on the screen the first step, every tenth, and the summary
+    if ! "build/$backend-$attn/train_gpt2" "${train_flags[@]}" -o "$scratch" 2>&1 | tee "$out/train_$attn.log" |
+            awk '/^step +[0-9]+\// && (++n == 1 || n % 10 == 0) || /^summary:/ { print "  " $0; fflush() }'; then
         tail -n 20 "$out/train_$attn.log" >&2
         die "training with $attn attention failed (whole output: $out/train_$attn.log)"
     fi
-    grep -E '^step +[0-9]+/' "$out/train_$attn.log" | awk 'NR == 1 || NR % 10 == 0' | sed 's/^/  /'
-    grep '^summary:' "$out/train_$attn.log" | sed 's/^/  /'
     mv "$scratch/log.csv" "$out/train_$attn.csv"
     rm -rf "$scratch"
 done
@@ -302,13 +308,20 @@ difference() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.6f", a - b }'; }
 } >"$out/table.md"
 
 # ---- plots -------------------------------------------------------------------------------------------
-command -v gnuplot >/dev/null 2>&1 || die "gnuplot is not installed: run scripts/setup.sh (Debian's gnuplot-nox)"
-gnuplot -c scripts/compare_plot.gnuplot "$out" "$backend: $machine_short; commit ${commit%% *}" \
-    "model $model, B=$B, T=$T, $steps steps" ||
-    die "gnuplot failed on scripts/compare_plot.gnuplot"
-
+# The plots need only the folder, so they can be drawn again elsewhere (e.g. where the GPU machine
+# has no gnuplot): the command is printed either way.
+plot_args=("$out" "$backend: $machine_short; commit ${commit%% *}" "model $model, B=$B, T=$T, $steps steps")
+plot_cmd="gnuplot -c scripts/compare_plot.gnuplot"
+for a in "${plot_args[@]}"; do plot_cmd+=" '${a//\'/\'\\\'\'}'"; done
 echo
 cat "$out/table.md"
 echo
+if ! command -v gnuplot >/dev/null 2>&1; then
+    echo "error: compare.sh: gnuplot is not installed (scripts/setup.sh installs Debian's gnuplot-nox):" >&2
+    echo "no plots; draw them where it is, from a copy of $out, with: $plot_cmd" >&2
+    exit 1
+fi
+gnuplot -c scripts/compare_plot.gnuplot "${plot_args[@]}" || die "gnuplot failed: $plot_cmd"
+echo "compare: plots drawn with: $plot_cmd"
 echo "compare: wrote $(cd "$out" && echo *)"
 echo "compare: into $out"
