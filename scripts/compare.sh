@@ -129,40 +129,18 @@ done
 # T,B,NH,HS,backend,status,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,counted_bytes,measured_bytes
 # (status: ok, or oom where the backend could not allocate; counted_bytes: q,k,v, out, dout, dqkv,
 # what the backend saves for backward, its scratch; measured_bytes: the drop in free GPU memory).
-attention_cmd="" attention_note=""
-
-# bench/bench_attention_cpu.c prints a markdown table and no CSV: its rows, converted to the
-# columns above. counted_bytes: q,k,v, out, dout, dqkv in fp32 plus its "saved + scratch" column
-# (rounded to 0.1 of a unit by the program); measured_bytes is left empty.
-cpu_bench_table_to_csv() {   # markdown on stdin, CSV on stdout
-    awk '
-        function to_bytes(text,   f) { split(text, f, " ")
-            return f[1] * (f[2] == "KiB" ? 1024 : f[2] == "MiB" ? 1048576 : f[2] == "GiB" ? 1073741824 : 1) }
-        BEGIN { print "T,B,NH,HS,backend,status,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,counted_bytes,measured_bytes" }
-        match($0, /B=[0-9]+ NH=[0-9]+ HS=[0-9]+/) {
-            split(substr($0, RSTART, RLENGTH), kv, /[ =]/); B = kv[2]; NH = kv[4]; HS = kv[6] }
-        /^\| *[0-9]+ *\|/ {
-            n = split($0, c, "|"); for (i = 2; i < n; i++) gsub(/^ +| +$/, "", c[i])
-            T = c[2]; split(c[9], kept, " \\+ ")
-            bytes = 4 * (2 * B * T * 3 * NH * HS + 2 * B * T * NH * HS) + to_bytes(kept[1]) + to_bytes(kept[2])
-            printf "%d,%d,%d,%d,%s,ok,%s,%.5f,%s,%.5f,%.0f,\n", T, B, NH, HS, c[3], c[4], c[5] / 1000, c[6], c[7] / 1000, bytes
-        }'
-}
+attention_cmd=""
 
 run_attention_bench() {
-    local bin args=() csv_flag=1
+    local bin args=()
     if [ "$backend" = cuda ]; then
         bin=build/cuda-flash/bench/attention
-        [ "$tiny" -eq 1 ] && args+=(--tmax 4096)
+        if [ "$tiny" -eq 1 ]; then args+=(--tmax 4096); fi
         build flash "$bin"
     else
-        if [ ! -f bench/bench_attention_cpu.c ]; then
-            echo "compare: attention microbenchmark: none for the CPU in bench/ yet (bench/bench_attention_cpu.c): no attention.csv, no attention plots"
-            return 0
-        fi
         bin=build/cpu-flash/bench/bench_attention_cpu
         # a make rule for it? (-B -n: what make would run; "Nothing to be done" where it has none)
-        if "$MAKE_CMD" -n -B "${makevars[@]}" ATTENTION=flash "$bin" 2>/dev/null | grep -qF -- "$bin"; then
+        if "$MAKE_CMD" -n -B "${makevars[@]}" ATTENTION=flash "$bin" 2>/dev/null | grep -v '^make' | grep -qF -- "$bin"; then
             build flash "$bin"
         else
             # no make rule for it (yet): linked as tests/test_attention is, both backends renamed
@@ -173,22 +151,12 @@ run_attention_bench() {
             "${CC:-cc}" -O3 -march=native -std=c11 -D_GNU_SOURCE -fopenmp bench/bench_attention_cpu.c "${objs[@]}" \
                 -o "$bin" -lm -lgomp || die "could not compile bench/bench_attention_cpu.c"
         fi
-        grep -q -- '--csv' bench/bench_attention_cpu.c || csv_flag=0
-        if [ "$tiny" -eq 1 ]; then
-            if [ "$csv_flag" -eq 1 ]; then args+=(--tmax 512); else args+=(1); fi   # 1: one timed repeat
-        fi
+        if [ "$tiny" -eq 1 ]; then args+=(--tmax 512); fi
     fi
-    if [ "$csv_flag" -eq 1 ]; then
-        attention_cmd="$bin --csv attention.csv${args[*]:+ ${args[*]}}"
-        args=(--csv "$out/attention.csv" "${args[@]}")
-    else
-        attention_cmd="$bin${args[*]:+ ${args[*]}}"
-        attention_note="attention.csv converted from the markdown table the program prints (it has no --csv); memory: q,k,v, out and their gradients in fp32, plus its saved + scratch column"
-    fi
+    attention_cmd="$bin --csv attention.csv${args[*]:+ ${args[*]}}"
     echo "compare: attention microbenchmark: $attention_cmd"
-    "$bin" "${args[@]}" >"$out/attention.log" 2>&1 ||
+    "$bin" --csv "$out/attention.csv" "${args[@]}" >"$out/attention.log" 2>&1 ||
         { tail -n 20 "$out/attention.log" >&2; die "$bin failed (whole output: $out/attention.log)"; }
-    [ "$csv_flag" -eq 1 ] || cpu_bench_table_to_csv <"$out/attention.log" >"$out/attention.csv"
     [ "$(wc -l <"$out/attention.csv")" -gt 1 ] || die "$bin wrote no rows (its output: $out/attention.log)"
     grep '^|' "$out/attention.log" | sed 's/^/  /'
 }
@@ -278,7 +246,7 @@ difference() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.6f", a - b }'; }
         echo "## Attention alone, over T ($backend)"
         echo
         echo "- $(attention_shape "$out/attention.csv"); median time per call; memory: the bytes the backend allocates (q,k,v, out, their gradients, what it saves for backward, scratch); FLOPs: forward 2*B*NH*T^2*HS (causal), forward+backward 3.5x that"
-        echo "- command: \`$attention_cmd\`${attention_note:+; $attention_note}"
+        echo "- command: \`$attention_cmd\`"
         echo
         local_flops=TFLOP/s; flops_scale=1
         [ "$backend" = cpu ] && { local_flops=GFLOP/s; flops_scale=1000; }

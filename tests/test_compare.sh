@@ -14,7 +14,6 @@ check() {   # check DESCRIPTION COMMAND...: passes when COMMAND succeeds
     local what=$1; shift
     if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name: $what"; fi
 }
-skip() { skipped=$((skipped + 1)); echo "SKIP: $*"; }
 finish() {
     echo "$name: $passed passed, $failed failed, $skipped skipped"
     [ "$failed" -eq 0 ]
@@ -90,19 +89,18 @@ fi
 check "the table is printed at the end of the run" grep -q '^| flash vs naive |' "$tmp/run.log"
 
 # ---- attention microbenchmark ----------------------------------------------------------------------------
-pngs=(loss.png step_ms.png)
-if grep -q 'attention microbenchmark: none for' "$tmp/run.log"; then
-    skip "no CPU attention microbenchmark in bench/ yet: attention.csv and its plots not checked"
-else
-    acsv="$out/attention.csv"
-    check "attention.csv exists" test -s "$acsv"
-    check "attention.csv: its header" \
-        test "$(head -n 1 "$acsv" 2>/dev/null | cut -d, -f1,5,6,7,9,11)" = "T,backend,status,fwd_ms,fwdbwd_ms,counted_bytes"
-    check "attention.csv: naive and flash rows" \
-        test "$(cut -d, -f5 "$acsv" 2>/dev/null | sort -u | tr '\n' ' ')" = "backend flash naive "
-    check "table.md: the attention table" grep -qE '^\| T \|' "$table"
-    pngs+=(attention_time.png attention_memory.png)
-fi
+acsv="$out/attention.csv"
+check "attention.csv exists" test -s "$acsv"
+check "attention.csv: its header" test "$(head -n 1 "$acsv" 2>/dev/null)" = \
+    "T,B,NH,HS,backend,status,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,counted_bytes,measured_bytes"
+check "attention.csv: naive and flash rows" \
+    test "$(cut -d, -f5 "$acsv" 2>/dev/null | sort -u | tr '\n' ' ')" = "backend flash naive "
+check "attention.csv: every row ok or oom, ok rows with numeric times" awk -F, '
+    NR == 1 { next }
+    $6 != "oom" && !($6 == "ok" && $7 ~ /^[0-9.]+$/ && $9 ~ /^[0-9.]+$/ && $11 ~ /^[0-9]+$/) {
+        print "  attention.csv line " NR ": " $0; bad = 1 }
+    END { exit bad }' "$acsv"
+check "table.md: the attention table" grep -qE '^\| T \|' "$table"
 
 # ---- PNGs: signature, IHDR, a plausible size and dimensions ---------------------------------------------
 png_ok() {
@@ -121,7 +119,7 @@ png_ok() {
     [ "$w" -ge 400 ] && [ "$w" -le 4000 ] && [ "$h" -ge 300 ] && [ "$h" -le 4000 ] ||
         { echo "  $f: ${w}x$h pixels"; return 1; }
 }
-for p in "${pngs[@]}"; do
+for p in loss.png step_ms.png attention_time.png attention_memory.png; do
     check "$p is a well-formed PNG" png_ok "$out/$p"
 done
 
