@@ -232,7 +232,7 @@ int token_file_parse(const uint8_t *data, size_t n, uint16_t **tokens, size_t *n
     *tokens = NULL;
     *ntokens = 0;
     if (n >= TOKEN_FILE_HEADER_BYTES) memcpy(header, data, TOKEN_FILE_HEADER_BYTES);
-    size_t count;
+    size_t count = 0;
     if (token_file_check(header, n, &count, err, err_len) != 0) return -1;
     uint16_t *toks = malloc(count ? count * sizeof(uint16_t) : 1);
     if (!toks) die("out of memory for %zu tokens", count);
