@@ -126,7 +126,22 @@ train: data all
 	./train_gpt2 $(TRAIN_ARGS) -o $(TRAIN_OUT)
 	./infer_gpt2 -c $$(ls $(TRAIN_OUT)/model_*.bin | tail -n 1) -p "$(PROMPT)" -n 128 --seed 1
 
+# ---- comparison of the attention backends (scripts/compare.sh) -----------------------------
+#   make compare [STEPS=N] [B=N] [T=N] [MODEL=dN] [OUT=DIR] [TINY=1] [BACKEND=cpu|cuda]
+# trains with each attention backend, runs the attention microbenchmark; CSVs, table.md and PNGs
+# in OUT (default compare/<UTC date-time>/). Only values given on the command line are passed on.
+compare_arg = $(if $(filter command line,$(origin $(1))),$(2) $($(1)))
+COMPARE_FLAGS = $(call compare_arg,BACKEND,--backend) $(call compare_arg,STEPS,--steps) \
+    $(call compare_arg,B,-b) $(call compare_arg,T,-t) $(call compare_arg,MODEL,--model) \
+    $(call compare_arg,OUT,--out) $(if $(filter 1,$(TINY)),--tiny)
+.PHONY: test-compare
+compare:
+	bash scripts/compare.sh $(COMPARE_FLAGS)
+# the comparison's CI test: tiny mode on the CPU, checks the CSVs, the table and the PNGs
+test-compare:
+	bash tests/run_tests.sh tests/test_compare.sh
+
 clean:
-	rm -rf build train_gpt2 infer_gpt2
+	rm -rf build train_gpt2 infer_gpt2 prepare_data tokenize import_hf
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../utils.h"
+#include "tokenizer.h"
 
 // splitmix64: a tiny, good, seedable generator for the shuffles
 static uint64_t splitmix64(uint64_t *state) {
@@ -26,24 +27,17 @@ static void permutation(long *out, long n, uint64_t seed, long epoch, long salt,
     }
 }
 
-// reads and checks the header of a token file; returns its number of tokens
+// reads and checks the header of a token file (data/tokenizer.h); returns its number of tokens
 static size_t read_token_header(FILE *f, const char *path) {
-    int header[TOKEN_FILE_HEADER_INTS];
+    int32_t header[TOKEN_FILE_HEADER_INTS] = {0};
     long size = file_size_or_die(f, path);
-    if (size < (long)sizeof(header))
-        die("%s: not a token file: %ld bytes, shorter than the %zu-byte header", path, size, sizeof(header));
-    fread_or_die(header, sizeof(int), TOKEN_FILE_HEADER_INTS, f, path);
-    if (header[0] != TOKEN_FILE_MAGIC)
-        die("%s: not a token file: bad magic %d (expected %d)", path, header[0], TOKEN_FILE_MAGIC);
-    if (header[1] != TOKEN_FILE_VERSION)
-        die("%s: unsupported token file version %d (expected %d)", path, header[1], TOKEN_FILE_VERSION);
-    if (header[2] < 0) die("%s: corrupt header: negative token count %d", path, header[2]);
-    size_t ntok = (size_t)header[2];
-    size_t expected = sizeof(header) + ntok * sizeof(uint16_t);
-    if ((size_t)size != expected)
-        die("%s: header says %zu tokens (%zu bytes) but the file has %ld bytes%s", path, ntok,
-            expected, size, (size_t)size < expected ? " (truncated)" : "");
-    return ntok;
+    if (size >= (long)TOKEN_FILE_HEADER_BYTES)
+        fread_or_die(header, sizeof(int32_t), TOKEN_FILE_HEADER_INTS, f, path);
+    size_t ntokens = 0;
+    char err[256];
+    if (token_file_check(header, (uint64_t)size, &ntokens, err, sizeof(err)) != 0)
+        die("%s: %s", path, err);
+    return ntokens;
 }
 
 void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuffle, uint64_t seed) {
@@ -131,7 +125,7 @@ void dataloader_next_batch(DataLoader *dl) {
         open_current_shard(dl);
     }
     size_t n = (size_t)dl->B * dl->T;
-    long offset = TOKEN_FILE_HEADER_INTS * sizeof(int) +
+    long offset = (long)TOKEN_FILE_HEADER_BYTES +
                   dl->batch_order[dl->pos.batch] * (long)(n * sizeof(uint16_t));
     const char *path = dl->paths[dl->open_shard];
     if (fseek(dl->file, offset, SEEK_SET) != 0) die("%s: cannot seek to byte %ld", path, offset);

@@ -1,7 +1,7 @@
 // dataloader.h: batches of (inputs, targets) from llm.c token files.
 //
-// Token file: a header of 256 int32 (magic 20240520, version 1, number of tokens), then that
-// many uint16 tokens. A glob pattern may name several files (shards), read in order, or in
+// Token file (data/tokenizer.h, docs/FORMATS.md): a header of 256 int32 (magic 20240520,
+// version 1, number of tokens), then that many uint16 tokens. A glob pattern may name several files (shards), read in order, or in
 // an order shuffled per epoch.
 //
 // A batch is B*T+1 consecutive tokens of one shard: inputs are the first B*T, targets the
@@ -15,10 +15,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-
-#define TOKEN_FILE_MAGIC 20240520
-#define TOKEN_FILE_VERSION 1
-#define TOKEN_FILE_HEADER_INTS 256
 
 typedef struct {
     long epoch;        // completed passes over all shards

@@ -220,8 +220,9 @@ int token_file_check(const int32_t header[TOKEN_FILE_HEADER_INTS], uint64_t file
     if (header[2] < 0) return fail(err, err_len, "negative token count %d", header[2]);
     uint64_t want = TOKEN_FILE_HEADER_BYTES + (uint64_t)header[2] * sizeof(uint16_t);
     if (want != file_bytes)
-        return fail(err, err_len, "header says %d tokens (%llu bytes) but the file has %llu bytes",
-                    header[2], (unsigned long long)want, (unsigned long long)file_bytes);
+        return fail(err, err_len, "header says %d tokens (%llu bytes) but the file has %llu bytes%s",
+                    header[2], (unsigned long long)want, (unsigned long long)file_bytes,
+                    file_bytes < want ? " (truncated)" : "");
     *ntokens = (size_t)header[2];
     return 0;
 }

@@ -45,6 +45,7 @@ else
     echo "=== CUDA build: skipped, nvcc is not on the PATH"
     skipped=$((skipped + 2))
 fi
+stage "comparison, tiny (CPU)"  bash tests/run_tests.sh tests/test_compare.sh
 if [ -x fuzz/run.sh ] && command -v clang >/dev/null 2>&1; then
     stage "fuzzing (short)"     fuzz/run.sh "${FUZZ_SECONDS:-10}"
 fi

@@ -139,18 +139,7 @@ run_attention_bench() {
         build flash "$bin"
     else
         bin=build/cpu-flash/bench/bench_attention_cpu
-        # a make rule for it? (-B -n: what make would run; "Nothing to be done" where it has none)
-        if "$MAKE_CMD" -n -B "${makevars[@]}" ATTENTION=flash "$bin" 2>/dev/null | grep -v '^make' | grep -qF -- "$bin"; then
-            build flash "$bin"
-        else
-            # no make rule for it (yet): linked as tests/test_attention is, both backends renamed
-            local objs=(build/cpu-flash/attention/naive.renamed.o build/cpu-flash/attention/flash.renamed.o build/cpu-flash/utils.c.o)
-            build flash "${objs[@]}"
-            bin=build/cpu-flash/compare/bench_attention_cpu
-            mkdir -p "$(dirname "$bin")"
-            "${CC:-cc}" -O3 -march=native -std=c11 -D_GNU_SOURCE -fopenmp bench/bench_attention_cpu.c "${objs[@]}" \
-                -o "$bin" -lm -lgomp || die "could not compile bench/bench_attention_cpu.c"
-        fi
+        build flash "$bin"
         if [ "$tiny" -eq 1 ]; then args+=(--tmax 512); fi
     fi
     attention_cmd="$bin --csv attention.csv${args[*]:+ ${args[*]}}"

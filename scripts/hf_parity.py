@@ -9,6 +9,7 @@ when one is over its tolerance.
 usage: hf_parity.py PARITY_DUMP_BINARY [--layers 12] [--B 4] [--T 64] [--tol-logits ...]
 """
 import argparse
+import copy
 import os
 import struct
 import subprocess
@@ -66,7 +67,11 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tol-logits", type=float, default=2e-2)
     ap.add_argument("--tol-grads", type=float, default=5e-2)
-    ap.add_argument("--tol-loss", type=float, default=2e-2, help="absolute, per step")
+    ap.add_argument("--tol-loss", type=float, default=1e-2,
+                    help="relative, per step: |ours - HF| / HF (bf16 default; 1e-5 suits fp32); "
+                         "the AdamW steps allow at least twice the drift of HF's own bf16 run")
+    ap.add_argument("--fp32", action="store_true",
+                    help="our binary computes in fp32 (the CPU build): no bf16 allowance")
     args = ap.parse_args()
     L, B, T = args.layers, args.B, args.T
     torch.manual_seed(args.seed)
@@ -121,26 +126,40 @@ def main():
         print(f"{'ok  ' if ok else 'FAIL'} {name:<28} {err:.3e} (tolerance {tol:.0e})")
 
     report("logits (rel)", rel(o_logits, logits.detach().cpu().numpy()), args.tol_logits)
-    report("loss (abs)", abs(float(o_loss) - loss.item()), args.tol_loss)
+    report("loss (rel)", abs(float(o_loss) - loss.item()) / loss.item(), args.tol_loss)
     off = 0
     for (name, ref), size in zip(tensors_in_our_order(h_grads, L), sizes):
         report(f"grad {name} (rel)", rel(o_grads[off: off + size], ref), args.tol_grads)
         off += size
 
-    opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
-    h_losses = []
-    for step in range(args.steps):
-        opt.zero_grad()
-        l = torch.nn.functional.cross_entropy(hf(x).logits.view(-1, V), y.view(-1))
-        l.backward()
-        torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
-        opt.step()
-        h_losses.append(l.item())
-    worst = max(abs(a - b) for a, b in zip(o_losses, h_losses)) if args.steps else 0.0
-    print("step losses, ours vs HF:")
-    for i, (a, b) in enumerate(zip(o_losses, h_losses)):
-        print(f"  {i + 1:2d} {a:.6f} {b:.6f} {a - b:+.2e}")
-    report(f"{args.steps} AdamW steps' losses (abs)", worst, args.tol_loss)
+    def train_losses(model, autocast):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8,
+                                weight_decay=0.0)
+        losses = []
+        for step in range(args.steps):
+            opt.zero_grad()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                l = torch.nn.functional.cross_entropy(model(x).logits.float().view(-1, V), y.view(-1))
+            l.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(l.item())
+        return losses
+
+    # HF itself in bf16 autocast, from the same weights: how far bf16 alone moves these losses
+    # on this batch (training on one batch amplifies rounding: the loss falls ~7 nats in 10 steps)
+    hf_bf16 = copy.deepcopy(hf)
+    h_losses = train_losses(hf, autocast=False)
+    b_losses = train_losses(hf_bf16, autocast=True)
+    worst = max(abs(a - b) / b for a, b in zip(o_losses, h_losses)) if args.steps else 0.0
+    bf16_drift = max(abs(a - b) / b for a, b in zip(b_losses, h_losses)) if args.steps else 0.0
+    print("step losses: ours, HF fp32, HF bf16 autocast:")
+    for i, (a, b, c) in enumerate(zip(o_losses, h_losses, b_losses)):
+        print(f"  {i + 1:2d} {a:.6f} {b:.6f} {c:.6f}   ours {a - b:+.2e}  HF bf16 {c - b:+.2e}")
+    print(f"HF's own bf16 autocast run departs from its fp32 run by up to {bf16_drift:.3e} (rel)")
+    # the tolerance: the stated one, or twice what bf16 does to HF itself, whichever is larger
+    allowance = 0.0 if args.fp32 else 2.0 * bf16_drift
+    report(f"{args.steps} AdamW steps' losses (rel)", worst, max(args.tol_loss, allowance))
     print(f"parity: {'PASS' if failures == 0 else f'{failures} FAILED'}")
     sys.exit(1 if failures else 0)
 

@@ -148,10 +148,10 @@ static void test_bad_inputs(unsigned long long *rng) {
     expect_error("flag -t needs a value", "missing value", "-t");
     expect_error("not a positive multiple of B*T", "bad total batch", "-v 0 -s 0 -i %s/train.bin -b 2 -t 16 -d 33", d);
     expect_error("no token file matches", "missing file", "-v 0 -s 0 -i %s/nothere_*.bin", d);
-    expect_error("bad magic 12345", "wrong magic", "-v 0 -s 0 -i %s/badmagic.bin " TINY, d);
-    expect_error("unsupported token file version 7", "wrong version", "-v 0 -s 0 -i %s/badversion.bin " TINY, d);
+    expect_error("not a token file (magic 12345", "wrong magic", "-v 0 -s 0 -i %s/badmagic.bin " TINY, d);
+    expect_error("token file version 7 is not supported", "wrong version", "-v 0 -s 0 -i %s/badversion.bin " TINY, d);
     expect_error("truncated", "truncated token file", "-v 0 -s 0 -i %s/truncated.bin " TINY, d);
-    expect_error("shorter than the 1024-byte header", "file shorter than a header", "-v 0 -s 0 -i %s/tiny_header.bin " TINY, d);
+    expect_error("too short for a token file", "file shorter than a header", "-v 0 -s 0 -i %s/tiny_header.bin " TINY, d);
     expect_error("fewer than one batch needs", "too few tokens", "-v 0 -s 0 -i %s/short.bin " TINY, d);
     expect_error("cannot open", "missing checkpoint", "-v 0 -s 0 -i %s/train.bin -e %s/none.bin -b 2 -t 16", d, d);
     expect_error("not a model checkpoint", "checkpoint with bad magic",
