@@ -20,36 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../attention/both_backends.h"
 #include "../layers/cuda_common.cuh"
 
-#define DECLARE_ATTENTION_BACKEND(p)                                                          \
-    extern "C" const char *const p##_attention_name;                                          \
-    extern "C" size_t p##_attention_saved_size(int B, int T, int NH, int HS);                 \
-    extern "C" size_t p##_attention_scratch_size(int B, int T, int NH, int HS);               \
-    extern "C" void p##_attention_forward(floatX *out, void *saved, void *scratch,            \
-                                          const floatX *qkv, int B, int T, int NH, int HS);   \
-    extern "C" void p##_attention_backward(floatX *dqkv, void *scratch, const floatX *dout,   \
-                                           const floatX *qkv, const floatX *out,              \
-                                           const void *saved, int B, int T, int NH, int HS);
-DECLARE_ATTENTION_BACKEND(naive)
-DECLARE_ATTENTION_BACKEND(flash)
-
-typedef struct {
-    const char *name;
-    size_t (*saved_size)(int, int, int, int);
-    size_t (*scratch_size)(int, int, int, int);
-    void (*forward)(floatX *, void *, void *, const floatX *, int, int, int, int);
-    void (*backward)(floatX *, void *, const floatX *, const floatX *, const floatX *,
-                     const void *, int, int, int, int);
-} Backend;
-
-static const Backend backends[] = {
-    {"naive", naive_attention_saved_size, naive_attention_scratch_size, naive_attention_forward,
-     naive_attention_backward},
-    {"flash", flash_attention_saved_size, flash_attention_scratch_size, flash_attention_forward,
-     flash_attention_backward},
-};
-enum { NUM_BACKENDS = sizeof(backends) / sizeof(backends[0]) };
 
 static const double GiB = 1024.0 * 1024.0 * 1024.0;
 
@@ -105,7 +78,7 @@ static void free_buffers(Buffers *b) {
 }
 
 // median of `reps` timed calls of fwd (and bwd when with_backward), after `warmup` untimed ones
-static double time_ms(const Backend *be, Buffers *buf, int B, int T, int NH, int HS,
+static double time_ms(const AttentionBackend *be, Buffers *buf, int B, int T, int NH, int HS,
                       int with_backward, int warmup, int reps) {
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
@@ -129,7 +102,7 @@ static double time_ms(const Backend *be, Buffers *buf, int B, int T, int NH, int
     return median;
 }
 
-static Result run_backend(const Backend *be, int B, int T, int NH, int HS) {
+static Result run_backend(const AttentionBackend *be, int B, int T, int NH, int HS) {
     Result res;
     memset(&res, 0, sizeof res);
     res.T = T;
@@ -225,9 +198,9 @@ int main(int argc, char **argv) {
     printf("|---|---|---|---|---|---|---|---|---|\n");
     for (long T = tmin; T <= tmax; T *= 2) {
         const int B = (int)(tokens / T > 0 ? tokens / T : 1);
-        Result res[NUM_BACKENDS];
-        for (int k = 0; k < NUM_BACKENDS; k++) {
-            const Backend *be = &backends[k];
+        Result res[NUM_ATTENTION_BACKENDS];
+        for (int k = 0; k < NUM_ATTENTION_BACKENDS; k++) {
+            const AttentionBackend *be = &attention_backends[k];
             if (only && strcmp(only, be->name)) {
                 memset(&res[k], 0, sizeof res[k]);
                 continue;

@@ -17,43 +17,15 @@
 #include <unistd.h>
 
 #include "../layers/layers.h"
+#include "../attention/both_backends.h"
 #include "../utils.h"
 
-#define DECLARE_ATTENTION_BACKEND(prefix)                                                      \
-    extern const char *const prefix##_attention_name;                                          \
-    size_t prefix##_attention_saved_size(int B, int T, int NH, int HS);                        \
-    size_t prefix##_attention_scratch_size(int B, int T, int NH, int HS);                      \
-    void prefix##_attention_forward(floatX *out, void *saved, void *scratch, const floatX *qkv, \
-                                    int B, int T, int NH, int HS);                             \
-    void prefix##_attention_backward(floatX *dqkv, void *scratch, const floatX *dout,          \
-                                     const floatX *qkv, const floatX *out, const void *saved,  \
-                                     int B, int T, int NH, int HS);
-DECLARE_ATTENTION_BACKEND(naive)
-DECLARE_ATTENTION_BACKEND(flash)
-
-typedef struct {
-    const char *const *name;
-    size_t (*saved_size)(int B, int T, int NH, int HS);
-    size_t (*scratch_size)(int B, int T, int NH, int HS);
-    void (*forward)(floatX *out, void *saved, void *scratch, const floatX *qkv,
-                    int B, int T, int NH, int HS);
-    void (*backward)(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
-                     const floatX *out, const void *saved, int B, int T, int NH, int HS);
-} Backend;
-
-enum { NAIVE, FLASH, NUM_BACKENDS };
-static const Backend backends[NUM_BACKENDS] = {
-    {&naive_attention_name, naive_attention_saved_size, naive_attention_scratch_size,
-     naive_attention_forward, naive_attention_backward},
-    {&flash_attention_name, flash_attention_saved_size, flash_attention_scratch_size,
-     flash_attention_forward, flash_attention_backward},
-};
 
 #define MAX_REPEATS 100
 
 // one timed configuration: a backend and the buffers it reads and writes
 typedef struct {
-    const Backend *backend;
+    const AttentionBackend *backend;
     floatX *out, *dqkv;
     const floatX *qkv, *dout;
     void *saved, *scratch;
@@ -156,15 +128,15 @@ int main(int argc, char **argv) {
         // counted in the CSV's counted_bytes with saved and scratch: qkv, dqkv, out, dout
         const size_t io_bytes = 2 * (size_t)B * T * 4 * C * sizeof(floatX);
         double naive_fwd_bwd_ms = 0.0;
-        for (int k = 0; k < NUM_BACKENDS; k++) {
-            const Backend *be = &backends[k];
+        for (int k = 0; k < NUM_ATTENTION_BACKENDS; k++) {
+            const AttentionBackend *be = &attention_backends[k];
             size_t saved_bytes = be->saved_size(B, T, NH, HS);
             size_t scratch_bytes = be->scratch_size(B, T, NH, HS);
             Run r = {be, out, dqkv, qkv, dout, malloc(saved_bytes), malloc(scratch_bytes),
                      B, T, NH, HS};
             if (!r.saved || !r.scratch) {   // naive's T^2 at long T: a row that says so
-                printf("| %d | %s | out of memory | | | | | |\n", T, *be->name);
-                if (csv) fprintf(csv, "%d,%d,%d,%d,%s,oom,,,,,%zu,\n", T, B, NH, HS, *be->name,
+                printf("| %d | %s | out of memory | | | | | |\n", T, be->name);
+                if (csv) fprintf(csv, "%d,%d,%d,%d,%s,oom,,,,,%zu,\n", T, B, NH, HS, be->name,
                                  io_bytes + saved_bytes + scratch_bytes);
                 free(r.saved);
                 free(r.scratch);
@@ -180,13 +152,13 @@ int main(int argc, char **argv) {
             format_bytes(scratch_text, sizeof scratch_text, (double)scratch_bytes);
             if (naive_fwd_bwd_ms > 0.0)
                 snprintf(speedup, sizeof speedup, "%.2fx", naive_fwd_bwd_ms / fwd_bwd_ms);
-            printf("| %d | %s | %.2f | %.1f | %.2f | %.1f | %s | %s + %s |\n", T, *be->name,
+            printf("| %d | %s | %.2f | %.1f | %.2f | %.1f | %s | %s + %s |\n", T, be->name,
                    fwd_ms, fwd_gflops, fwd_bwd_ms, fwd_bwd_gflops, speedup, saved_text,
                    scratch_text);
             fflush(stdout);
             if (csv)
                 fprintf(csv, "%d,%d,%d,%d,%s,ok,%.3f,%.5f,%.3f,%.5f,%zu,\n", T, B, NH, HS,
-                        *be->name, fwd_ms, fwd_gflops / 1e3, fwd_bwd_ms, fwd_bwd_gflops / 1e3,
+                        be->name, fwd_ms, fwd_gflops / 1e3, fwd_bwd_ms, fwd_bwd_gflops / 1e3,
                         io_bytes + saved_bytes + scratch_bytes);
             free(r.saved);
             free(r.scratch);

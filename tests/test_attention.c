@@ -10,40 +10,9 @@
 #include <string.h>
 
 #include "../layers/layers.h"
+#include "../attention/both_backends.h"
 #include "test.h"
 
-#define DECLARE_ATTENTION_BACKEND(prefix)                                                      \
-    extern const char *const prefix##_attention_name;                                          \
-    size_t prefix##_attention_saved_size(int B, int T, int NH, int HS);                        \
-    size_t prefix##_attention_scratch_size(int B, int T, int NH, int HS);                      \
-    void prefix##_attention_forward(floatX *out, void *saved, void *scratch, const floatX *qkv, \
-                                    int B, int T, int NH, int HS);                             \
-    void prefix##_attention_backward(floatX *dqkv, void *scratch, const floatX *dout,          \
-                                     const floatX *qkv, const floatX *out, const void *saved,  \
-                                     int B, int T, int NH, int HS);
-DECLARE_ATTENTION_BACKEND(naive)
-DECLARE_ATTENTION_BACKEND(flash)
-
-typedef enum { SAVES_PROBS, SAVES_LOGSUMEXP } SavedKind;
-
-typedef struct {
-    const char *const *name;
-    SavedKind saves;
-    size_t (*saved_size)(int B, int T, int NH, int HS);
-    size_t (*scratch_size)(int B, int T, int NH, int HS);
-    void (*forward)(floatX *out, void *saved, void *scratch, const floatX *qkv,
-                    int B, int T, int NH, int HS);
-    void (*backward)(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
-                     const floatX *out, const void *saved, int B, int T, int NH, int HS);
-} Backend;
-
-enum { NAIVE, FLASH, NUM_BACKENDS };
-static const Backend backends[NUM_BACKENDS] = {
-    {&naive_attention_name, SAVES_PROBS, naive_attention_saved_size,
-     naive_attention_scratch_size, naive_attention_forward, naive_attention_backward},
-    {&flash_attention_name, SAVES_LOGSUMEXP, flash_attention_saved_size,
-     flash_attention_scratch_size, flash_attention_forward, flash_attention_backward},
-};
 
 // fp32 against the double reference, and the two fp32 backends against each other
 #define TOLERANCE_FP32 1e-5
@@ -80,14 +49,14 @@ static void take_part(float *part, const float *packed, int which, int B, int T,
 enum { Q_OUT, Q_DQ, Q_DK, Q_DV, Q_SAVED, NUM_QUANTITIES };
 static const char *const quantity_names[NUM_QUANTITIES] = {"out", "dq", "dk", "dv", "saved"};
 typedef struct {
-    double vs_reference[NUM_BACKENDS][NUM_QUANTITIES];
+    double vs_reference[NUM_ATTENTION_BACKENDS][NUM_QUANTITIES];
     double flash_vs_naive;
 } WorstErrors;
 
 static void print_worst(const char *group, const WorstErrors *worst) {
     printf("%s, worst error vs double reference:\n", group);
-    for (int k = 0; k < NUM_BACKENDS; k++) {
-        printf("  %s:", *backends[k].name);
+    for (int k = 0; k < NUM_ATTENTION_BACKENDS; k++) {
+        printf("  %s:", attention_backends[k].name);
         for (int q = 0; q < NUM_QUANTITIES; q++)
             printf(" %s %.1e", quantity_names[q], worst->vs_reference[k][q]);
         printf("\n");
@@ -287,11 +256,11 @@ static void test_case(int B, int T, int NH, int HS, float input_scale, double to
 
     float *ref_part = malloc_or_die(n_out * sizeof(float));
     float *part = malloc_or_die(n_out * sizeof(float));
-    float *out[NUM_BACKENDS], *dqkv[NUM_BACKENDS];
+    float *out[NUM_ATTENTION_BACKENDS], *dqkv[NUM_ATTENTION_BACKENDS];
 
-    for (int k = 0; k < NUM_BACKENDS; k++) {
-        const Backend *be = &backends[k];
-        const char *name = *be->name;
+    for (int k = 0; k < NUM_ATTENTION_BACKENDS; k++) {
+        const AttentionBackend *be = &attention_backends[k];
+        const char *name = be->name;
         size_t saved_bytes = be->saved_size(B, T, NH, HS);
         size_t scratch_bytes = be->scratch_size(B, T, NH, HS);
         void *saved = malloc_or_die(saved_bytes);
@@ -321,7 +290,7 @@ static void test_case(int B, int T, int NH, int HS, float input_scale, double to
         }
 
         // what each keeps for backward: naive P with masked entries exactly 0, flash logsumexp
-        if (be->saves == SAVES_PROBS) {
+        if (!be->saves_logsumexp) {
             const float *probs = saved;
             int masked_nonzero = 0;
             for (size_t row = 0; row < n_rows; row++) {
@@ -356,7 +325,7 @@ static void test_case(int B, int T, int NH, int HS, float input_scale, double to
     check_close_tracked(&worst->flash_vs_naive, dqkv[FLASH], dqkv[NAIVE], n_qkv, 0.0, tol,
                         "flash vs naive dqkv", B, T, NH, HS);
 
-    for (int k = 0; k < NUM_BACKENDS; k++) { free(out[k]); free(dqkv[k]); }
+    for (int k = 0; k < NUM_ATTENTION_BACKENDS; k++) { free(out[k]); free(dqkv[k]); }
     free(qkv); free(dout); free(qkv_d); free(dout_d); free(out_d); free(dqkv_d);
     free(logsumexp_d); free(probs_d); free(ref_out); free(ref_dqkv); free(ref_logsumexp);
     free(ref_probs); free(ref_part); free(part);
@@ -377,8 +346,8 @@ static void test_causality(unsigned long long *rng) {
     float *out_changed = malloc_or_die(n_out * sizeof(float));
     test_fill(qkv, n_qkv, 2.0f, rng);
 
-    for (int k = 0; k < NUM_BACKENDS; k++) {
-        const Backend *be = &backends[k];
+    for (int k = 0; k < NUM_ATTENTION_BACKENDS; k++) {
+        const AttentionBackend *be = &attention_backends[k];
         void *saved = malloc_or_die(be->saved_size(B, T, NH, HS));
         void *scratch = malloc_or_die(be->scratch_size(B, T, NH, HS));
         be->forward(out, saved, scratch, qkv, B, T, NH, HS);
@@ -402,11 +371,11 @@ static void test_causality(unsigned long long *rng) {
                     past_same &= memcmp(out + past, out_changed + past, past_bytes) == 0;
                     future_same &= memcmp(out + future, out_changed + future, future_bytes) == 0;
                 }
-                CHECK(past_same, "%s: out[0..%d] changed with %s inputs after %d", *be->name, cut,
+                CHECK(past_same, "%s: out[0..%d] changed with %s inputs after %d", be->name, cut,
                       future_nan ? "NaN" : "new", cut);
                 if (!future_nan && cut < T - 1)
                     CHECK(!future_same, "%s: out after %d did not change with its inputs",
-                          *be->name, cut);
+                          be->name, cut);
             }
         }
         free(saved);
@@ -429,8 +398,8 @@ static void test_thread_count_independence(unsigned long long *rng) {
     test_fill(qkv, n_qkv, 2.0f, rng);
     test_fill(dout, n_out, 1.0f, rng);
 
-    for (int k = 0; k < NUM_BACKENDS; k++) {
-        const Backend *be = &backends[k];
+    for (int k = 0; k < NUM_ATTENTION_BACKENDS; k++) {
+        const AttentionBackend *be = &attention_backends[k];
         size_t saved_bytes = be->saved_size(B, T, NH, HS);
         void *scratch = malloc_or_die(be->scratch_size(B, T, NH, HS));
         float *out[2], *dqkv[2];
@@ -446,7 +415,7 @@ static void test_thread_count_independence(unsigned long long *rng) {
         CHECK(memcmp(out[0], out[1], n_out * sizeof(float)) == 0 &&
               memcmp(saved[0], saved[1], saved_bytes) == 0 &&
               memcmp(dqkv[0], dqkv[1], n_qkv * sizeof(float)) == 0,
-              "%s: 1 and 3 threads give different results", *be->name);
+              "%s: 1 and 3 threads give different results", be->name);
         for (int r = 0; r < 2; r++) { free(out[r]); free(dqkv[r]); free(saved[r]); }
         free(scratch);
     }

@@ -23,38 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../attention/both_backends.h"
 #include "../../layers/cuda_common.cuh"
 #include "../test.h"
 
-// the two backends of attention.h, renamed at compile time (-Dattention_forward=flash_... etc)
-#define DECLARE_ATTENTION_BACKEND(p)                                                          \
-    extern "C" const char *const p##_attention_name;                                          \
-    extern "C" size_t p##_attention_saved_size(int B, int T, int NH, int HS);                 \
-    extern "C" size_t p##_attention_scratch_size(int B, int T, int NH, int HS);               \
-    extern "C" void p##_attention_forward(floatX *out, void *saved, void *scratch,            \
-                                          const floatX *qkv, int B, int T, int NH, int HS);   \
-    extern "C" void p##_attention_backward(floatX *dqkv, void *scratch, const floatX *dout,   \
-                                           const floatX *qkv, const floatX *out,              \
-                                           const void *saved, int B, int T, int NH, int HS);
-DECLARE_ATTENTION_BACKEND(naive)
-DECLARE_ATTENTION_BACKEND(flash)
-
-typedef struct {
-    const char *name;
-    size_t (*saved_size)(int, int, int, int);
-    size_t (*scratch_size)(int, int, int, int);
-    void (*forward)(floatX *, void *, void *, const floatX *, int, int, int, int);
-    void (*backward)(floatX *, void *, const floatX *, const floatX *, const floatX *,
-                     const void *, int, int, int, int);
-    int saves_logsumexp;   // saved = (B, NH, T) fp32 logsumexp
-} Backend;
-
-static const Backend backends[] = {
-    {"naive", naive_attention_saved_size, naive_attention_scratch_size, naive_attention_forward,
-     naive_attention_backward, 0},
-    {"flash", flash_attention_saved_size, flash_attention_scratch_size, flash_attention_forward,
-     flash_attention_backward, 1},
-};
+// naive and flash side by side: attention/both_backends.h
 
 // ---- bf16 on the host: round to nearest even, as the device does --------------------------
 
@@ -245,8 +218,8 @@ static void run_case(const Case *cs, unsigned long long *rng) {
     float *got_part = (float *)malloc(n_out * sizeof(float));
     float *got_lse = (float *)malloc((size_t)B * NH * T * sizeof(float));
 
-    for (size_t k = 0; k < sizeof(backends) / sizeof(backends[0]); k++) {
-        const Backend *be = &backends[k];
+    for (size_t k = 0; k < NUM_ATTENTION_BACKENDS; k++) {
+        const AttentionBackend *be = &attention_backends[k];
         const size_t saved_bytes = be->saved_size(B, T, NH, HS);
         const size_t scratch_bytes = be->scratch_size(B, T, NH, HS);
         floatX *d_out = (floatX *)device_alloc(n_out * sizeof(floatX));
