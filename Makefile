@@ -47,7 +47,7 @@ ifeq ($(BACKEND),cuda)
 CFLAGS += -DBACKEND_CUDA
 BACKEND_SRC = $(wildcard layers/*.cu) attention/$(ATTENTION).cu
 LINK = $(NVCC) -arch=$(CUDA_ARCH) $(LDFLAGS)
-LDLIBS = -lm -lgomp -lcublas -lcublasLt
+LDLIBS = -lm -lgomp -lcublas -lcublasLt -lnccl
 else
 BACKEND_SRC = $(wildcard layers/*.c) attention/$(ATTENTION).c
 LINK = $(CC) $(LDFLAGS) -fopenmp

@@ -1,6 +1,7 @@
-// device.cu: the CUDA backend's device, memory and conversions: picks GPU 0, creates the one
-// stream and the cuBLAS/cuBLASLt handles, allocates with accounting (in use, peak) and says
-// clearly what did not fit when the GPU runs out of memory.
+// device.cu: the CUDA backend's device, memory and conversions: uses the current GPU (0, or
+// the one comm_init chose), creates the one stream and the cuBLAS/cuBLASLt handles, allocates
+// with accounting (in use, peak) and says clearly what did not fit when the GPU runs out of
+// memory.
 #include "cuda_common.cuh"
 
 #include <string.h>
@@ -40,8 +41,11 @@ int backend_init(void) {
         cudaGetLastError();   // clear the sticky error so later checks report their own
         return -1;
     }
-    CUDA_CHECK(cudaSetDevice(0));
-    CUDA_CHECK(cudaGetDeviceProperties(&device_prop, 0));
+    // the current device: GPU 0 unless comm_init picked this process's GPU of several
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaGetDeviceProperties(&device_prop, device));
     cuda_num_sms = device_prop.multiProcessorCount;
     CUDA_CHECK(cudaStreamCreate(&cuda_stream));
     CUBLAS_CHECK(cublasCreate(&cublas_handle));
