@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "attention/attention.h"
+#include "layers/comm.h"
 
 // ----------------------------------------------------------------------------------------
 // config
@@ -79,6 +80,16 @@ static void validate_config(GPT2Config c, const char *source) {
             c.padded_vocab_size);
 }
 
+// parameters in the arenas: num_parameters, then the zero padding that makes the shards equal
+static size_t padded_parameters(const GPT2 *model) { return model->shard_size * comm_world(); }
+
+// the parameters of this rank's shard that exist (the last shards may be padding, or empty)
+static size_t shard_owned(const GPT2 *model) {
+    if (model->shard_start >= model->num_parameters) return 0;
+    size_t rest = model->num_parameters - model->shard_start;
+    return rest < model->shard_size ? rest : model->shard_size;
+}
+
 // allocates the parameter and gradient arenas (and master weights where floatX is not fp32)
 static void allocate_parameters(GPT2 *model, GPT2Config config) {
     memset(model, 0, sizeof(*model));
@@ -87,20 +98,29 @@ static void allocate_parameters(GPT2 *model, GPT2Config config) {
     model->num_parameters = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) model->num_parameters += model->param_sizes[i];
     size_t n = model->num_parameters;
-    model->params_memory = dev_malloc(n * sizeof(floatX), "parameters");
-    model->grads_memory = dev_malloc(n * sizeof(floatX), "gradients");
-    dev_memset_zero(model->grads_memory, n * sizeof(floatX));
+    // ZeRO-1 shards: one rank keeps the whole array (no padding, nothing changes); several get
+    // equal shards, a multiple of 128 elements (aligned vectors and collective chunks)
+    size_t world = (size_t)comm_world();
+    model->shard_size = world == 1 ? n : ((n + world - 1) / world + 127) / 128 * 128;
+    model->shard_start = (size_t)comm_rank() * model->shard_size;
+    size_t padded = padded_parameters(model);
+    model->params_memory = dev_malloc(padded * sizeof(floatX), "parameters");
+    model->grads_memory = dev_malloc(padded * sizeof(floatX), "gradients");
+    dev_memset_zero(model->params_memory + n, (padded - n) * sizeof(floatX));
+    dev_memset_zero(model->grads_memory, padded * sizeof(floatX));
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
     if (sizeof(floatX) != sizeof(float))
-        model->master_weights = dev_malloc(n * sizeof(float), "fp32 master weights");
+        model->master_weights = dev_malloc(model->shard_size * sizeof(float), "fp32 master weights");
 }
 
-// puts fp32 host parameters (num_parameters) on the device: params, and master weights
+// puts fp32 host parameters (num_parameters) on the device: params, and this rank's shard of
+// the master weights
 static void upload_parameters(GPT2 *model, const float *host) {
     floatX_upload(model->params_memory, host, model->num_parameters);
     if (model->master_weights)
-        dev_upload(model->master_weights, host, model->num_parameters * sizeof(float));
+        dev_upload(model->master_weights, host + model->shard_start,
+                   shard_owned(model) * sizeof(float));
 }
 
 // ----------------------------------------------------------------------------------------
@@ -422,36 +442,54 @@ float gpt2_forward_backward(GPT2 *model, const int *inputs, const int *targets, 
 }
 
 void gpt2_zero_grad(GPT2 *model) {
-    dev_memset_zero(model->grads_memory, model->num_parameters * sizeof(floatX));
+    dev_memset_zero(model->grads_memory, padded_parameters(model) * sizeof(floatX));
 }
 
 // ----------------------------------------------------------------------------------------
 // update
 
+// AdamW moments for this rank's shard, zero
+static void allocate_optimizer_state(GPT2 *model) {
+    size_t bytes = model->shard_size * sizeof(float);
+    model->adam_m = dev_malloc(bytes, "AdamW first moments");
+    model->adam_v = dev_malloc(bytes, "AdamW second moments");
+    dev_memset_zero(model->adam_m, bytes);
+    dev_memset_zero(model->adam_v, bytes);
+}
+
+// ZeRO stage 1. Each rank holds the gradients of its own micro-batches, over all parameters.
+// They are summed over the ranks so that each rank gets the sums of its shard alone
+// (reduce-scatter); the norm is the global one (each shard's sum of squares, summed over the
+// ranks); each rank updates its shard with its shard of the moments; then every rank gets
+// every shard's new parameters (all-gather). At world 1 the shard is everything and the
+// collectives return at once.
 float gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps,
                   float weight_decay, float max_grad_norm, int step) {
-    size_t n = model->num_parameters;
-    if (!model->adam_m) {
-        model->adam_m = dev_malloc(n * sizeof(float), "AdamW first moments");
-        model->adam_v = dev_malloc(n * sizeof(float), "AdamW second moments");
-        dev_memset_zero(model->adam_m, n * sizeof(float));
-        dev_memset_zero(model->adam_v, n * sizeof(float));
-    }
+    size_t shard = model->shard_size, start = model->shard_start;
+    if (!model->adam_m) allocate_optimizer_state(model);
+    comm_reduce_scatter(model->grads_memory, shard, COMM_FLOATX);
     if (!model->grad_sumsq) model->grad_sumsq = dev_malloc(sizeof(float), "gradient norm");
     dev_memset_zero(model->grad_sumsq, sizeof(float));
-    grad_sumsq(model->grad_sumsq, model->grads_memory, n);
+    grad_sumsq(model->grad_sumsq, model->grads_memory + start, shard);   // the padding is 0
+    comm_allreduce_sum(model->grad_sumsq, 1, COMM_FLOAT);
     float norm = sqrtf(dev_read_float(model->grad_sumsq));
     if (!isfinite(norm)) return norm;   // the caller reports it; parameters stay as they were
     float grad_scale = (max_grad_norm > 0.0f && norm > max_grad_norm) ? max_grad_norm / norm : 1.0f;
+    // each tensor's part inside this rank's shard [start, start + shard): elements [lo, hi)
     size_t offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t size = model->param_sizes[i];
-        float *master = model->master_weights ? model->master_weights + offset : NULL;
-        adamw_update(model->params_memory + offset, master, model->grads_memory + offset,
-                     model->adam_m + offset, model->adam_v + offset, size, lr, beta1, beta2, eps,
-                     param_decays[i] ? weight_decay : 0.0f, grad_scale, step);
+        size_t lo = offset > start ? offset : start;
+        size_t hi = offset + size < start + shard ? offset + size : start + shard;
+        if (lo < hi) {
+            float *master = model->master_weights ? model->master_weights + (lo - start) : NULL;
+            adamw_update(model->params_memory + lo, master, model->grads_memory + lo,
+                         model->adam_m + (lo - start), model->adam_v + (lo - start), hi - lo, lr,
+                         beta1, beta2, eps, param_decays[i] ? weight_decay : 0.0f, grad_scale, step);
+        }
         offset += size;
     }
+    comm_all_gather(model->params_memory, shard, COMM_FLOATX);
     return norm;
 }
 
@@ -480,25 +518,55 @@ static void read_device_floats(float *dst, size_t n, FILE *f, const char *path) 
     free(host);
 }
 
+// Collective: the whole array (num_parameters) of a sharded one (shard_size per rank) goes to
+// af where af is not NULL. The shards are gathered into gather (world * shard_size) first;
+// with no gather buffer (world 1) the shard is the whole array.
+static void write_gathered(AtomicFile *af, const GPT2 *model, const float *shard, float *gather) {
+    const float *whole = shard;
+    if (gather) {
+        dev_copy(gather + model->shard_start, shard, model->shard_size * sizeof(float));
+        comm_all_gather(gather, model->shard_size, COMM_FLOAT);
+        whole = gather;
+    }
+    if (af) write_device_floats(af, whole, model->num_parameters);
+}
+
+// this rank's shard of a whole array (num_parameters floats) that starts at byte base of f;
+// leaves f at the end of the array
+static void read_shard(float *dst, const GPT2 *model, FILE *f, long base, const char *path) {
+    size_t owned = shard_owned(model);
+    if (fseek(f, base + (long)(model->shard_start * sizeof(float)), SEEK_SET) != 0)
+        die("%s: cannot seek to this rank's optimizer state", path);
+    if (owned) read_device_floats(dst, owned, f, path);
+    if (fseek(f, base + (long)(model->num_parameters * sizeof(float)), SEEK_SET) != 0)
+        die("%s: cannot seek past the optimizer state", path);
+}
+
 void gpt2_write_optimizer_state(const GPT2 *model, AtomicFile *af) {
-    size_t n = model->num_parameters;
     if (!model->adam_m) die("internal error: optimizer state written before the first update");
-    write_device_floats(af, model->adam_m, n);
-    write_device_floats(af, model->adam_v, n);
-    if (model->master_weights) write_device_floats(af, model->master_weights, n);
+    float *gather = comm_world() == 1 ? NULL
+                    : dev_malloc(padded_parameters(model) * sizeof(float), "gathered optimizer state");
+    write_gathered(af, model, model->adam_m, gather);
+    write_gathered(af, model, model->adam_v, gather);
+    if (model->master_weights) write_gathered(af, model, model->master_weights, gather);
+    if (gather) {
+        dev_synchronize();   // the all-gathers that write into it have finished
+        dev_free(gather);
+    }
 }
 
 void gpt2_read_optimizer_state(GPT2 *model, FILE *f, const char *path) {
     size_t n = model->num_parameters;
-    if (!model->adam_m) {
-        model->adam_m = dev_malloc(n * sizeof(float), "AdamW first moments");
-        model->adam_v = dev_malloc(n * sizeof(float), "AdamW second moments");
-    }
-    read_device_floats(model->adam_m, n, f, path);
-    read_device_floats(model->adam_v, n, f, path);
+    if (!model->adam_m) allocate_optimizer_state(model);
+    long base = ftell(f);
+    if (base < 0) die("%s: cannot tell the position in the file", path);
+    read_shard(model->adam_m, model, f, base, path);
+    read_shard(model->adam_v, model, f, base + (long)(n * sizeof(float)), path);
     if (model->master_weights) {
-        read_device_floats(model->master_weights, n, f, path);
-        floatX_from_float(model->params_memory, model->master_weights, n);
+        read_shard(model->master_weights, model, f, base + 2 * (long)(n * sizeof(float)), path);
+        floatX_from_float(model->params_memory + model->shard_start, model->master_weights,
+                          shard_owned(model));
+        comm_all_gather(model->params_memory, model->shard_size, COMM_FLOATX);
     }
 }
 
@@ -522,11 +590,16 @@ void gpt2_print_memory(const GPT2 *model) {
         format_bytes(buf, sizeof(buf), (double)model->param_sizes[i] * sizeof(floatX));
         printf("  %-12s %14zu %12s\n", param_names[i], model->param_sizes[i], buf);
     }
-    double state = 2.0 * n * sizeof(floatX) + (model->master_weights ? n * 4.0 : 0.0) +
-                   (model->adam_m ? 2.0 * n * 4.0 : 0.0);
+    double shard = (double)model->shard_size;   // ZeRO-1: this rank's part of the optimizer
+    double state = 2.0 * padded_parameters(model) * sizeof(floatX) +
+                   (model->master_weights ? shard * 4.0 : 0.0) + (model->adam_m ? 2.0 * shard * 4.0 : 0.0);
     format_bytes(buf, sizeof(buf), state);
-    printf("  parameters + gradients%s%s: %s\n", model->master_weights ? " + fp32 master" : "",
+    printf("  parameters + gradients%s%s: %s", model->master_weights ? " + fp32 master" : "",
            model->adam_m ? " + AdamW moments" : "", buf);
+    if (comm_world() > 1)
+        printf(" (optimizer state for a shard of %zu of %zu parameters, rank %d of %d)",
+               model->shard_size, n, comm_rank(), comm_world());
+    printf("\n");
     if (!model->acts_memory) return;
     printf("  activations at B=%d T=%d (attention: %s):\n", model->act_B, model->act_T, attention_name);
     double total = 0.0;

@@ -87,12 +87,17 @@ typedef struct {
     ParameterTensors params;
     size_t param_sizes[NUM_PARAMETER_TENSORS];   // elements of each parameter tensor
     size_t num_parameters;
-    floatX *params_memory;
+    // Data parallelism, ZeRO stage 1 (layers/comm.h): the flat parameter array is cut into
+    // comm_world() shards of shard_size; this rank updates [shard_start, shard_start +
+    // shard_size) and keeps optimizer state for it alone. At world 1 the shard is everything.
+    size_t shard_size;       // num_parameters at world 1; else ceil(num_parameters / world), rounded up
+    size_t shard_start;      // comm_rank() * shard_size
+    floatX *params_memory;   // (world * shard_size): num_parameters, then zero padding
     ParameterTensors grads;                      // same layout as params
-    floatX *grads_memory;
-    float *master_weights;   // (num_parameters) fp32 copy when floatX is not fp32, else NULL
-    float *adam_m;           // (num_parameters) AdamW first moment, allocated at first update
-    float *adam_v;           // (num_parameters) AdamW second moment
+    floatX *grads_memory;    // (world * shard_size)
+    float *master_weights;   // (shard_size) fp32 copy when floatX is not fp32, else NULL
+    float *adam_m;           // (shard_size) AdamW first moment, allocated at first update
+    float *adam_v;           // (shard_size) AdamW second moment
     float *grad_sumsq;       // (1) device scratch for the global gradient norm
     ActivationTensors acts;
     size_t act_bytes[NUM_ACTIVATION_TENSORS];
@@ -127,14 +132,20 @@ void gpt2_zero_grad(GPT2 *model);
 // Global gradient norm, then AdamW on every parameter with the gradient scaled so that its
 // norm is at most max_grad_norm (no clipping when max_grad_norm <= 0). Weight decay applies
 // to the 2-D weight matrices only (wte, wpe, qkvw, attprojw, fcw, fcprojw). step is 1-based.
-// Returns the gradient norm before clipping.
+// Returns the gradient norm before clipping. With several ranks it is collective: gradients
+// are summed over the ranks (so the loss_scale given to gpt2_forward_backward should hold the
+// 1/world of the average), each rank updates its shard, and all ranks get all parameters back.
 float gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps,
                   float weight_decay, float max_grad_norm, int step);
 // Copies the logits at row (b, t) of the last forward pass (first V entries) to the host.
 void gpt2_logits_at(const GPT2 *model, int b, int t, float *out_host);
 
 // Optimizer state (AdamW moments, and master weights where they exist) for resumable
-// training: appended to / read from a training-state file opened by the driver.
+// training: appended to / read from a training-state file opened by the driver. The file
+// holds whole arrays (num_parameters each), whatever the number of ranks, so a run resumes on
+// another number of ranks. Both are collective: every rank calls them; for writing the
+// shards are gathered and only rank 0 passes a file (the others NULL); for reading, every
+// rank reads its own shard from the file.
 void gpt2_write_optimizer_state(const GPT2 *model, AtomicFile *af);
 void gpt2_read_optimizer_state(GPT2 *model, FILE *f, const char *path);
 
