@@ -1,6 +1,12 @@
 // train_gpt2.c: the training driver. Flags, data, the loop (LR schedule, gradient
 // accumulation, clipping, AdamW), validation, sampling, checkpoints and resume, progress.
 // The model itself is gpt2.c; this file never touches a device pointer.
+//
+// Data parallelism: one process (rank) per device, launched by mpirun, torchrun, srun or by
+// hand (--world, --rank, --comm-dir). Each rank trains on its own micro-batches (every
+// world-th batch of the one-process sequence), gpt2_update sums the gradients over the ranks
+// (ZeRO-1, layers/comm.h), and rank 0 alone prints, logs and writes checkpoints, whose
+// training state does not depend on the number of ranks.
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -12,6 +18,7 @@
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "gpt2.h"
+#include "layers/comm.h"
 #include "utils.h"
 
 #define TRAIN_STATE_MAGIC 20241129
@@ -41,6 +48,12 @@ typedef struct {
     int max_seq_len;             // --max-seq-len (from-scratch models)
     float max_grad_norm;         // --max-grad-norm
     uint64_t seed;               // --seed
+    int world;                   // --world  (default: the launcher's environment, else 1)
+    int rank;                    // --rank   (likewise, else 0)
+    int local_rank;              // --local-rank (likewise, else -1: rank % GPUs)
+    const char *comm_dir;        // --comm-dir
+    const char *comm;            // --comm   auto, or the build's transport (nccl, shm)
+    double comm_timeout;         // --comm-timeout
 } Options;
 
 static void usage(FILE *out) {
@@ -70,7 +83,45 @@ static void usage(FILE *out) {
         "  --max-seq-len N  max_seq_len of a new dN model (default max(T, 1024))\n"
         "  --max-grad-norm X  clip the global gradient norm to X, 0 = off (default 1.0)\n"
         "  --tokenizer PATH  tokenizer file to decode samples (default data/gpt2_tokenizer.bin)\n"
-        "  -h, --help  this text\n");
+        "data parallelism (one process per device; -b is per process, -d counts all processes):\n"
+        "  --world N   number of processes (default: from mpirun, torchrun or srun, else 1)\n"
+        "  --rank R    this process, 0 .. N-1 (default: from the environment, else 0)\n"
+        "  --local-rank R  CUDA: this process's GPU on its machine (default: from the\n"
+        "              environment, else rank %% GPUs)\n"
+        "  --comm-dir DIR  rendezvous folder every process can reach; needed when N > 1\n"
+        "  --comm MODE auto: communication only when N > 1; %s: set it up even for N = 1 (default auto)\n"
+        "  --comm-timeout S  seconds to wait for every process to join (default 120)\n"
+        "  -h, --help  this text\n", comm_transport());
+}
+
+// An integer from the environment, or -1 when the variable is not set.
+static int env_int(const char *name) {
+    const char *text = getenv(name);
+    if (!text || !*text) return -1;
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (*end != '\0' || v < 0 || v > (1 << 20)) die("environment %s='%s' is not a rank or count", name, text);
+    return (int)v;
+}
+
+// Rank, world and local rank as the launcher sets them, where no flag did: mpirun (Open MPI),
+// MPICH and Intel MPI (PMI), torchrun and the like (RANK, WORLD_SIZE), Slurm's srun.
+static void ranks_from_environment(Options *o) {
+    static const char *const vars[][3] = {
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+        {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+        {"RANK", "WORLD_SIZE", "LOCAL_RANK"},
+        {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        int rank = env_int(vars[i][0]), world = env_int(vars[i][1]);
+        if (rank < 0 || world < 1) continue;
+        if (o->rank < 0) o->rank = rank;
+        if (o->world < 0) o->world = world;
+        if (o->local_rank < 0) o->local_rank = env_int(vars[i][2]);
+        break;
+    }
+    if (o->world < 0) o->world = 1;
+    if (o->rank < 0) o->rank = 0;
 }
 
 static Options parse_options(int argc, char **argv) {
@@ -81,7 +132,8 @@ static Options parse_options(int argc, char **argv) {
         .B = 4, .T = 1024, .total_batch = -1, .lr = 3e-4f, .warmup = 0, .final_lr_frac = 1.0f,
         .weight_decay = 0.0f, .max_steps = -1, .val_every = 20, .val_batches = 20,
         .sample_every = 20, .gen_tokens = 64, .checkpoint_every = 0, .resume = 0, .shuffle = 0,
-        .max_seq_len = 0, .max_grad_norm = 1.0f, .seed = 1337};
+        .max_seq_len = 0, .max_grad_norm = 1.0f, .seed = 1337, .world = -1, .rank = -1,
+        .local_rank = -1, .comm_dir = NULL, .comm = "auto", .comm_timeout = 120.0};
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) { usage(stdout); exit(0); }
@@ -110,13 +162,24 @@ static Options parse_options(int argc, char **argv) {
         else if (!strcmp(flag, "--seed")) o.seed = (uint64_t)parse_long(flag, v, 0, 0x7fffffffffffffffL);
         else if (!strcmp(flag, "--max-seq-len")) o.max_seq_len = (int)parse_long(flag, v, 1, 1 << 20);
         else if (!strcmp(flag, "--max-grad-norm")) o.max_grad_norm = (float)parse_double(flag, v, 0.0, 1e9);
+        else if (!strcmp(flag, "--world")) o.world = (int)parse_long(flag, v, 1, 1 << 20);
+        else if (!strcmp(flag, "--rank")) o.rank = (int)parse_long(flag, v, 0, 1 << 20);
+        else if (!strcmp(flag, "--local-rank")) o.local_rank = (int)parse_long(flag, v, 0, 1 << 10);
+        else if (!strcmp(flag, "--comm-dir")) o.comm_dir = v;
+        else if (!strcmp(flag, "--comm")) o.comm = v;
+        else if (!strcmp(flag, "--comm-timeout")) o.comm_timeout = parse_double(flag, v, 0.0, 1e6);
         else { usage(stderr); die("unknown flag %s", flag); }
     }
-    long micro = (long)o.B * o.T;
+    ranks_from_environment(&o);
+    if (o.rank >= o.world)
+        die("rank %d is outside a world of %d rank(s): ranks are 0 .. world-1", o.rank, o.world);
+    if (strcmp(o.comm, "auto") != 0 && strcmp(o.comm, comm_transport()) != 0)
+        die("flag --comm: '%s' is not this build's transport; use auto or %s", o.comm, comm_transport());
+    long micro = (long)o.B * o.T * o.world;   // tokens of one micro-step of every rank
     if (o.total_batch == -1) o.total_batch = micro;
     if (o.total_batch <= 0 || o.total_batch % micro != 0)
-        die("flag -d: total batch %ld tokens is not a positive multiple of B*T = %d*%d = %ld",
-            o.total_batch, o.B, o.T, micro);
+        die("flag -d: total batch %ld tokens is not a positive multiple of B*T*world = %d*%d*%d = %ld",
+            o.total_batch, o.B, o.T, o.world, micro);
     if (o.resume && !o.out_dir) die("flag -y 1 needs -o: the folder to resume from");
     if (o.checkpoint_every && !o.out_dir) die("flag -n needs -o: the folder to write checkpoints to");
     return o;
@@ -138,7 +201,8 @@ static float learning_rate(const Options *o, int step, int max_steps) {   // ste
 // exactly: step, data position, sampling RNG, the shapes it was made with, optimizer state.
 
 typedef struct {
-    int32_t header[8];         // magic, version, step, B, T, grad_accum, has_master, 0
+    int32_t header[8];         // magic, version, step, B, T, micro-batches per step (all ranks
+                               // together: the same for any number of ranks), has_master, 0
     int64_t data_epoch, data_shard, data_batch;
     uint64_t rng;
     uint64_t num_parameters;
@@ -151,20 +215,25 @@ static void state_path(char *buf, size_t n, const char *dir, int step) {
     snprintf(buf, n, "%s/state_%08d.bin", dir, step);
 }
 
+// every rank calls it (the optimizer state is gathered from all); rank 0 writes the files
 static void save_checkpoint(const Options *o, const GPT2 *model, const DataLoader *train,
-                            int step, int grad_accum, uint64_t rng) {
+                            int step, int global_micro, uint64_t rng) {
+    int writer = comm_rank() == 0;
     char path[4096];
     model_path(path, sizeof(path), o->out_dir, step);
-    gpt2_save_checkpoint(model, path);
-    TrainState s = {{TRAIN_STATE_MAGIC, TRAIN_STATE_VERSION, step, o->B, o->T, grad_accum,
+    if (writer) gpt2_save_checkpoint(model, path);
+    TrainState s = {{TRAIN_STATE_MAGIC, TRAIN_STATE_VERSION, step, o->B, o->T, global_micro,
                      model->master_weights != NULL, 0},
                     train->pos.epoch, train->pos.shard, train->pos.batch, rng,
                     model->num_parameters};
     state_path(path, sizeof(path), o->out_dir, step);
     AtomicFile af;
-    atomic_open(&af, path);
-    atomic_write(&af, &s, sizeof(s));
-    gpt2_write_optimizer_state(model, &af);
+    if (writer) {
+        atomic_open(&af, path);
+        atomic_write(&af, &s, sizeof(s));
+    }
+    gpt2_write_optimizer_state(model, writer ? &af : NULL);
+    if (!writer) return;
     atomic_commit(&af);
     printf("saved checkpoint %s/model_%08d.bin and state_%08d.bin\n", o->out_dir, step, step);
 }
@@ -188,7 +257,8 @@ static int latest_checkpoint(const char *dir) {
     return best;
 }
 
-static int resume_from(const Options *o, GPT2 *model, DataLoader *train, int grad_accum,
+// every rank reads the model and its own shard of the optimizer state
+static int resume_from(const Options *o, GPT2 *model, DataLoader *train, int global_micro,
                        uint64_t *rng) {
     int step = latest_checkpoint(o->out_dir);
     if (step < 0) die("-y 1: no checkpoint (model_*.bin with state_*.bin) in %s", o->out_dir);
@@ -202,10 +272,10 @@ static int resume_from(const Options *o, GPT2 *model, DataLoader *train, int gra
     if (s.header[0] != TRAIN_STATE_MAGIC) die("%s: not a training-state file (bad magic)", path);
     if (s.header[1] != TRAIN_STATE_VERSION) die("%s: unsupported version %d", path, s.header[1]);
     if (s.header[2] != step) die("%s: holds step %d, its name says %d", path, s.header[2], step);
-    if (s.header[3] != o->B || s.header[4] != o->T || s.header[5] != grad_accum)
-        die("%s: was written with -b %d -t %d and %d accumulation steps; these flags say -b %d "
-            "-t %d and %d: resume with the same -b, -t and -d", path, s.header[3], s.header[4],
-            s.header[5], o->B, o->T, grad_accum);
+    if (s.header[3] != o->B || s.header[4] != o->T || s.header[5] != global_micro)
+        die("%s: was written with -b %d -t %d and %d micro-batches per step (all ranks); these "
+            "flags say -b %d -t %d and %d: resume with the same -b, -t and -d", path, s.header[3],
+            s.header[4], s.header[5], o->B, o->T, global_micro);
     if (s.num_parameters != model->num_parameters || s.header[6] != (model->master_weights != NULL))
         die("%s: written for a model of %llu parameters%s; the checkpoint beside it has %zu%s",
             path, (unsigned long long)s.num_parameters, s.header[6] ? " with master weights" : "",
@@ -273,12 +343,13 @@ static float evaluate(GPT2 *model, DataLoader *val, int max_batches) {
     for (int i = 0; i < val->num_shards; i++)
         available += (long)((val->shard_tokens[i] - 1) / ((size_t)val->B * val->T));
     int n = max_batches < available ? max_batches : (int)available;
+    // the ranks share the n batches: rank r evaluates batches r, r + world, ...
     double sum = 0.0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i += val->world) {
         dataloader_next_batch(val);
-        sum += gpt2_forward(model, val->inputs, val->targets, val->B, val->T);
+        if (i + val->rank < n) sum += gpt2_forward(model, val->inputs, val->targets, val->B, val->T);
     }
-    return (float)(sum / n);
+    return (float)(comm_allreduce_sum_host(sum) / n);
 }
 
 static void make_dir(const char *dir) {
@@ -287,18 +358,30 @@ static void make_dir(const char *dir) {
 
 int main(int argc, char **argv) {
     Options o = parse_options(argc, argv);
+    // the other ranks first (on CUDA this also picks this process's GPU), then the backend
+    CommConfig comm = {.rank = o.rank, .world = o.world, .local_rank = o.local_rank,
+                       .dir = o.comm_dir, .timeout_s = o.comm_timeout,
+                       .force = strcmp(o.comm, "auto") != 0};
+    comm_init(&comm);
     if (backend_init() != 0) die("the %s backend could not start (see above)", backend_name());
+    // rank 0 alone prints; the others' errors still reach stderr
+    if (o.rank != 0 && !freopen("/dev/null", "w", stdout)) die("rank %d: cannot silence its output", o.rank);
 
     // data first: bad files fail fast, before the model is built
     DataLoader train, val;
     dataloader_init(&train, o.train_pattern, o.B, o.T, o.shuffle, o.seed);
+    dataloader_set_rank(&train, o.rank, o.world);
     int have_val = o.val_every > 0;
-    if (have_val) dataloader_init(&val, o.val_pattern, o.B, o.T, 0, o.seed);
-    int grad_accum = (int)(o.total_batch / ((long)o.B * o.T));
+    if (have_val) {
+        dataloader_init(&val, o.val_pattern, o.B, o.T, 0, o.seed);
+        dataloader_set_rank(&val, o.rank, o.world);
+    }
+    int global_micro = (int)(o.total_batch / ((long)o.B * o.T));   // per step, all ranks
+    int grad_accum = global_micro / o.world;                        // per step, this rank
     long batches_per_epoch = 0;
     for (int i = 0; i < train.num_shards; i++)
         batches_per_epoch += (long)((train.shard_tokens[i] - 1) / ((size_t)o.B * o.T));
-    int max_steps = o.max_steps >= 0 ? o.max_steps : (int)(batches_per_epoch / grad_accum);
+    int max_steps = o.max_steps >= 0 ? o.max_steps : (int)(batches_per_epoch / global_micro);
     if (max_steps < 1) max_steps = 1;
 
     // model
@@ -307,7 +390,7 @@ int main(int argc, char **argv) {
     int start_step = 0;
     if (o.out_dir) make_dir(o.out_dir);
     if (o.resume) {
-        start_step = resume_from(&o, &model, &train, grad_accum, &rng);
+        start_step = resume_from(&o, &model, &train, global_micro, &rng);
     } else {
         GPT2Config config;
         int max_seq_len = o.max_seq_len ? o.max_seq_len : (o.T > 1024 ? o.T : 1024);
@@ -342,7 +425,11 @@ int main(int argc, char **argv) {
     printf("| train data        | %s: %d file(s), %zu tokens, %ld batches/epoch\n", o.train_pattern,
            train.num_shards, train.total_tokens, batches_per_epoch);
     if (have_val) printf("| val data          | %s: %zu tokens\n", o.val_pattern, val.total_tokens);
-    printf("| batch             | B=%d T=%d, %d micro-steps: %ld tokens/step\n", o.B, o.T, grad_accum, o.total_batch);
+    if (o.world > 1 || comm.force)
+        printf("| data parallel     | %d ranks (%s, rendezvous in %s), ZeRO-1\n", o.world,
+               comm_transport(), o.comm_dir);
+    printf("| batch             | B=%d T=%d, %d micro-steps%s: %ld tokens/step\n", o.B, o.T, grad_accum,
+           o.world > 1 ? " on each rank" : "", o.total_batch);
     printf("| steps             | %d (from %d)\n", max_steps, start_step);
     printf("| learning rate     | %.2e, warmup %d, final fraction %.3f, weight decay %.3f, clip %.2f\n",
            o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.max_grad_norm);
@@ -350,7 +437,7 @@ int main(int argc, char **argv) {
     printf("+-------------------+----------------------------------------------------+\n");
 
     FILE *log = NULL;
-    if (o.out_dir) {
+    if (o.out_dir && o.rank == 0) {
         char path[4096];
         snprintf(path, sizeof(path), "%s/log.csv", o.out_dir);
         int fresh = !file_exists(path) || !o.resume;
@@ -365,13 +452,13 @@ int main(int argc, char **argv) {
         int last = step == max_steps;
         if (o.out_dir && step > start_step &&
             (last || (o.checkpoint_every && step % o.checkpoint_every == 0)))
-            save_checkpoint(&o, &model, &train, step, grad_accum, rng);
+            save_checkpoint(&o, &model, &train, step, global_micro, rng);
         if (have_val && (last || step % o.val_every == 0)) {
             last_val_loss = evaluate(&model, &val, o.val_batches);
             printf("step %d: val loss %.6f\n", step, last_val_loss);
             if (log) fprintf(log, "%d,val,%.6f,,,,\n", step, last_val_loss);
         }
-        if (o.sample_every && step > 0 && (last || step % o.sample_every == 0))
+        if (o.rank == 0 && o.sample_every && step > 0 && (last || step % o.sample_every == 0))
             sample_text(&model, tok, o.gen_tokens, &rng);
         if (last) break;
 
@@ -380,10 +467,11 @@ int main(int argc, char **argv) {
         double loss = 0.0;
         for (int micro = 0; micro < grad_accum; micro++) {
             dataloader_next_batch(&train);
+            // 1/global_micro: the gradients summed over micro-steps and ranks are their mean
             loss += gpt2_forward_backward(&model, train.inputs, train.targets, o.B, o.T,
-                                          1.0f / grad_accum);
+                                          1.0f / global_micro);
         }
-        loss /= grad_accum;
+        loss = comm_allreduce_sum_host(loss) / global_micro;
         float lr = learning_rate(&o, step, max_steps);
         float norm = gpt2_update(&model, lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.max_grad_norm,
                                  step + 1);
@@ -414,5 +502,6 @@ int main(int argc, char **argv) {
     if (have_val) dataloader_free(&val);
     dataloader_free(&train);
     gpt2_free(&model);
+    comm_free();
     return 0;
 }

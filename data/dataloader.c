@@ -46,6 +46,8 @@ void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuf
     dl->T = T;
     dl->shuffle = shuffle;
     dl->seed = seed;
+    dl->rank = 0;
+    dl->world = 1;
     dl->open_shard = -1;
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
@@ -115,15 +117,26 @@ void dataloader_reset(DataLoader *dl) {
     dataloader_seek(dl, start);
 }
 
-void dataloader_next_batch(DataLoader *dl) {
-    if (dl->pos.batch >= dl->num_batches) {   // shard used up: next shard, or next epoch
-        dl->pos.batch = 0;
-        if (++dl->pos.shard >= dl->num_shards) {
-            dl->pos.shard = 0;
-            dl->pos.epoch++;
-        }
-        open_current_shard(dl);
+void dataloader_set_rank(DataLoader *dl, int rank, int world) {
+    if (world < 1 || rank < 0 || rank >= world)
+        die("data loader: rank %d is outside a world of %d", rank, world);
+    dl->rank = rank;
+    dl->world = world;
+}
+
+// moves to the next shard (and epoch) when the current one is used up
+static void next_shard_if_done(DataLoader *dl) {
+    if (dl->pos.batch < dl->num_batches) return;
+    dl->pos.batch = 0;
+    if (++dl->pos.shard >= dl->num_shards) {
+        dl->pos.shard = 0;
+        dl->pos.epoch++;
     }
+    open_current_shard(dl);
+}
+
+// reads the batch at the current position into inputs and targets
+static void read_batch(DataLoader *dl) {
     size_t n = (size_t)dl->B * dl->T;
     long offset = (long)TOKEN_FILE_HEADER_BYTES +
                   dl->batch_order[dl->pos.batch] * (long)(n * sizeof(uint16_t));
@@ -134,7 +147,15 @@ void dataloader_next_batch(DataLoader *dl) {
         dl->inputs[i] = dl->buffer[i];
         dl->targets[i] = dl->buffer[i + 1];
     }
-    dl->pos.batch++;
+}
+
+// the world batches of one group: this rank reads its own and steps over the others'
+void dataloader_next_batch(DataLoader *dl) {
+    for (int r = 0; r < dl->world; r++) {
+        next_shard_if_done(dl);
+        if (r == dl->rank) read_batch(dl);
+        dl->pos.batch++;
+    }
 }
 
 void dataloader_free(DataLoader *dl) {

@@ -9,6 +9,12 @@
 // tail of a shard that is shorter than a batch is skipped. With shuffling, the order of the
 // shards and of the batches inside each shard is a permutation drawn from (seed, epoch), so
 // the whole position is three integers and a resumed run continues exactly.
+//
+// Data parallelism: with dataloader_set_rank, rank r of world ranks reads batches r,
+// r + world, r + 2*world, ... of the one-process sequence. The position stays the
+// one-process position (after each call, that of the next group of world batches), so the
+// ranks together read exactly what one process reads, and a saved position resumes on any
+// number of ranks.
 #ifndef DATALOADER_H
 #define DATALOADER_H
 
@@ -26,6 +32,7 @@ typedef struct {
     int B, T;
     int shuffle;
     uint64_t seed;
+    int rank, world;          // this process reads batch rank of every group of world batches
     char **paths;             // shard file names, sorted (from the glob)
     size_t *shard_tokens;     // number of tokens in each shard
     int num_shards;
@@ -48,6 +55,8 @@ void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuf
 // Fills dl->inputs and dl->targets with the next batch, moving to the next shard (and epoch)
 // when the current one is used up.
 void dataloader_next_batch(DataLoader *dl);
+// From now on read batch rank of every group of world (default: rank 0 of world 1).
+void dataloader_set_rank(DataLoader *dl, int rank, int world);
 void dataloader_reset(DataLoader *dl);                     // back to the first batch of epoch 0
 void dataloader_seek(DataLoader *dl, DataPosition pos);   // continue from a saved position
 void dataloader_free(DataLoader *dl);
