@@ -365,8 +365,8 @@ static float forward(GPT2 *model, const int *inputs, const int *targets, int B, 
         // MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
         layernorm_forward(ln2, a.ln2_mean + n, a.ln2_rstd + n, residual2, p.ln2w + l * C,
                           p.ln2b + l * C, N, C);
-        matmul_gelu_forward(fch_gelu, fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C,
-                            N, C, 4 * C);
+        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C);
+        gelu_forward(fch_gelu, fch, (size_t)N * 4 * C);
         matmul_forward(a.scratch_c, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C,
                        N, 4 * C, C);
         residual_forward(residual3, residual2, a.scratch_c, (size_t)N * C);
@@ -415,9 +415,9 @@ static void backward(GPT2 *model) {
         floatX *fch = a.fch + 4 * nc, *fch_gelu = a.fch_gelu + 4 * nc;
         const void *saved = (const char *)a.att_saved + l * saved_stride;
         // MLP block
-        matmul_backward_gelu(a.scratch_4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C,
-                             a.dresidual, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, fch,
-                             N, 4 * C, C);
+        matmul_backward(a.scratch_4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C,
+                        a.dresidual, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, N, 4 * C, C);
+        gelu_backward(a.scratch_4c, fch, a.scratch_4c, (size_t)N * 4 * C);
         matmul_backward(a.scratch_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.scratch_4c,
                         ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C);
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.scratch_c, residual2,

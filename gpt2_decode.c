@@ -166,8 +166,8 @@ static void decode_layers(void *arg) {
         residual_forward(d->x2, d->x, d->proj, (size_t)B * C);
         // MLP block: x = x2 + fcproj(gelu(fc(ln2(x2))))
         layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x2, p.ln2w + l * C, p.ln2b + l * C, B, C);
-        matmul_gelu_forward(d->fch_gelu, d->fch, d->ln, p.fcw + (size_t)l * 4 * C * C,
-                            p.fcb + l * 4 * C, B, C, 4 * C);
+        matmul_forward(d->fch, d->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, B, C, 4 * C);
+        gelu_forward(d->fch_gelu, d->fch, (size_t)B * 4 * C);
         matmul_forward(d->proj, d->fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C,
                        B, 4 * C, C);
         residual_forward(d->x, d->x2, d->proj, (size_t)B * C);

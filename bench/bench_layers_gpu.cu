@@ -9,8 +9,6 @@
 // (published H200 figures: about 4.3 TB/s copy, about 790 TFLOP/s bf16 through cuBLAS).
 // Attention FLOPs follow the stated convention: forward 4*B*NH*T^2*HS halved for causal,
 // backward 2.5x forward. Inputs are random.
-// The MLP's GELU runs inside its matmuls (matmul_gelu_forward, matmul_backward_gelu); the
-// unfused calls they replace are timed too, as rows of 0 calls/step, for the comparison.
 //
 // Usage: bench_layers_gpu [B ...]      e.g. bench_layers_gpu 16 64
 #include "../attention/attention.h"
@@ -142,48 +140,31 @@ static void bench_batch(int B) {
     add("layernorm_backward", 2 * L + 1, 4.0 * NC * 2 + 8.0 * N, 0,
         time_ms([&] { layernorm_backward(dx, dw, dbias, dy, x, lnw, mean, rstd, N, C); }));
 
-    // calls per step of the forward and of the backward: the fc forward and the fc projection
-    // backward are the unfused ones (the step runs them with the GELU fused in, below)
-    struct {
-        const char *fwd, *bwd;
-        int in, out;
-        bool has_bias;
-        int fwd_per_step, bwd_per_step;
-        floatX *inp, *outp;
-    } mm[] = {
-        {"matmul_forward qkv", "matmul_backward qkv", C, 3 * C, true, L, L, y, qkv},
-        {"matmul_forward attn proj", "matmul_backward attn proj", C, C, true, L, L, y, x},
-        {"matmul_forward fc", "matmul_backward fc", C, 4 * C, true, 0, L, y, h},
-        {"matmul_forward fc proj", "matmul_backward fc proj", 4 * C, C, true, L, 0, hg, x},
-        {"matmul_forward lm head", "matmul_backward lm head", C, Vp, false, 1, 1, y, logits},
+    struct { const char *fwd, *bwd; int in, out; bool has_bias; int per_step; floatX *inp, *outp; } mm[] = {
+        {"matmul_forward qkv", "matmul_backward qkv", C, 3 * C, true, L, y, qkv},
+        {"matmul_forward attn proj", "matmul_backward attn proj", C, C, true, L, y, x},
+        {"matmul_forward fc", "matmul_backward fc", C, 4 * C, true, L, y, h},
+        {"matmul_forward fc proj", "matmul_backward fc proj", 4 * C, C, true, L, hg, x},
+        {"matmul_forward lm head", "matmul_backward lm head", C, Vp, false, 1, y, logits},
     };
     for (auto &m : mm) {
         const floatX *weight = m.out == Vp ? wte : w;
         floatX *dweight = m.out == Vp ? dwte : dw;
         const double flops = 2.0 * N * (double)m.in * m.out;
-        add(m.fwd, m.fwd_per_step, 0, flops, time_ms([&] {
+        add(m.fwd, m.per_step, 0, flops, time_ms([&] {
                 matmul_forward(m.outp, m.inp, weight, m.has_bias ? bias : NULL, N, m.in, m.out);
             }));
         // the backward's dout: a tensor of the output's shape (logits for the lm head)
         floatX *dout = m.out == Vp ? logits : m.out == 4 * C ? dh : m.out == 3 * C ? dqkv : dy;
         floatX *dinp = m.in == 4 * C ? dh : dx;
-        add(m.bwd, m.bwd_per_step, 0, 2 * flops, time_ms([&] {
+        add(m.bwd, m.per_step, 0, 2 * flops, time_ms([&] {
                 matmul_backward(dinp, dweight, m.has_bias ? dbias : NULL, dout, m.inp, weight, N,
                                 m.in, m.out);
             }));
     }
 
-    {
-        const double flops = 2.0 * N * (double)C * 4 * C;
-        add("matmul_gelu_forward fc", L, 0, flops, time_ms([&] {
-                matmul_gelu_forward(hg, h, y, w, bias, N, C, 4 * C);
-            }));
-        add("matmul_backward_gelu fc proj", L, 0, 2 * flops, time_ms([&] {
-                matmul_backward_gelu(dh, dw, dbias, dy, hg, w, h, N, 4 * C, C);
-            }));
-    }
-    add("gelu_forward", 0, 2.0 * NC * 4 * 2, 0, time_ms([&] { gelu_forward(hg, h, NC * 4); }));
-    add("gelu_backward", 0, 3.0 * NC * 4 * 2, 0, time_ms([&] { gelu_backward(dh, h, dh, NC * 4); }));
+    add("gelu_forward", L, 2.0 * NC * 4 * 2, 0, time_ms([&] { gelu_forward(hg, h, NC * 4); }));
+    add("gelu_backward", L, 3.0 * NC * 4 * 2, 0, time_ms([&] { gelu_backward(dh, h, dh, NC * 4); }));
     add("residual_forward", 2 * L, 3.0 * NC * 2, 0, time_ms([&] { residual_forward(y, x, dx, NC); }));
 
     {

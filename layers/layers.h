@@ -97,21 +97,6 @@ void gelu_forward(floatX *out, const floatX *inp, size_t n);
 // dinp (n) = dout * gelu'(inp); dinp may alias dout
 void gelu_backward(floatX *dinp, const floatX *inp, const floatX *dout, size_t n);
 
-// A matmul and the GELU next to it as one call: the MLP's fc layer forward, its fc projection
-// backward. CUDA fuses the GELU into the GEMM's epilogue, which saves a pass over the (N, 4C)
-// activation each way; the CPU runs matmul_* and gelu_* one after the other.
-// out_pre = inp @ weight^T + bias (kept for the backward), out_gelu = gelu(out_pre)
-// out_gelu (N,OC), out_pre (N,OC), inp (N,C), weight (OC,C), bias (OC) or NULL
-void matmul_gelu_forward(floatX *out_gelu, floatX *out_pre, const floatX *inp,
-                         const floatX *weight, const floatX *bias, int N, int C, int OC);
-// matmul_backward of out = inp @ weight^T + bias where inp = gelu(pre_gelu), with the GELU's
-// backward fused into dinp: dinp (N,C) = (dout @ weight) * gelu'(pre_gelu) (overwritten),
-// dweight (OC,C) += dout^T @ inp, dbias (OC) += colsum(dout) (skipped when dbias is NULL)
-// dout (N,OC), inp (N,C), weight (OC,C), pre_gelu (N,C)
-void matmul_backward_gelu(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
-                          const floatX *inp, const floatX *weight, const floatX *pre_gelu,
-                          int N, int C, int OC);
-
 // out = a + b; out (n), a (n), b (n). Its backward is the identity: the model passes the
 // residual stream's gradient through unchanged (see gpt2_backward).
 void residual_forward(floatX *out, const floatX *a, const floatX *b, size_t n);

@@ -167,20 +167,3 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX 
         }
     }
 }
-
-// the GELU as a second pass over the output: on the CPU nothing is gained by fusing it
-
-// out_gelu (N,OC) = gelu(out_pre), out_pre (N,OC) = inp @ weight^T + bias
-void matmul_gelu_forward(floatX *out_gelu, floatX *out_pre, const floatX *inp,
-                         const floatX *weight, const floatX *bias, int N, int C, int OC) {
-    matmul_forward(out_pre, inp, weight, bias, N, C, OC);
-    gelu_forward(out_gelu, out_pre, (size_t)N * OC);
-}
-
-// dinp (N,C) = (dout @ weight) * gelu'(pre_gelu); dweight, dbias as in matmul_backward
-void matmul_backward_gelu(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
-                          const floatX *inp, const floatX *weight, const floatX *pre_gelu,
-                          int N, int C, int OC) {
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-    gelu_backward(dinp, pre_gelu, dinp, (size_t)N * C);
-}

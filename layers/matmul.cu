@@ -1,45 +1,21 @@
 // matmul.cu: out = inp @ weight^T + bias and its backward, on cuBLASLt (bf16 in and out, fp32
-// accumulation), the bias added in the GEMM's epilogue. The MLP's GELU rides in the epilogue
-// too: forward GELU_AUX_BIAS (out = gelu(inp @ weight^T + bias), the pre-activation written
-// alongside for the backward), backward DGELU (dinp = (dout @ weight) * gelu'(pre-activation)),
-// so the GELU costs no pass of its own over the (N, 4C) activation. The bias gradient is a
-// column sum of dout by a two-kernel deterministic reduction.
+// accumulation), the bias added in the GEMM's epilogue. The bias gradient is a column sum of
+// dout by a two-kernel deterministic reduction.
 //
 // cuBLAS(Lt) is column-major: a row-major (R, K) matrix is a column-major (K, R) one, so every
 // row-major product below is issued as its transpose: out^T = weight @ inp^T, and so on.
 #include "cuda_common.cuh"
 
-// The GELU in a GEMM's epilogue; with or without one, a bias given is added before it.
-enum GeluEpilogue {
-    GELU_NONE,       // D = op(A) @ op(B) [+ bias]
-    GELU_FORWARD,    // aux = op(A) @ op(B) [+ bias], D = gelu(aux)
-    GELU_BACKWARD,   // D = (op(A) @ op(B)) * gelu'(aux), no bias
-};
-
-static cublasLtEpilogue_t lt_epilogue(GeluEpilogue gelu, bool has_bias) {
-    switch (gelu) {
-    case GELU_FORWARD:
-        return has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    case GELU_BACKWARD:
-        return CUBLASLT_EPILOGUE_DGELU;
-    default:
-        return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    }
-}
-
 // One cached plan per distinct GEMM: descriptors and the algorithm the heuristic chose.
 typedef struct {
     cublasOperation_t transa, transb;
     int m, n, k, lda, ldb, ldd;
-    GeluEpilogue gelu;
     int has_bias, accumulate;
-    int align_a, align_b, align_d, align_aux;   // bytes the pointers are aligned to (up to 256)
+    int align_a, align_b, align_d;   // bytes the pointers are aligned to (up to 256)
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
     cublasLtMatmulAlgo_t algo;
-    // cuBLASLt offered no algorithm (odd shapes): plain cuBLAS with the bias apart, or, for a
-    // GELU epilogue, the caller's unfused matmul and GELU
-    int no_algorithm;
+    int use_gemm_ex;   // cuBLASLt offered no algorithm (odd shapes): plain cuBLAS, bias apart
 } MatmulPlan;
 
 enum { MAX_PLANS = 256 };
@@ -54,19 +30,15 @@ static int pointer_alignment(const void *p) {
     return align;
 }
 
-// aux: the GELU epilogue's pre-activation matrix, (m,n) with D's leading dimension ldd, NULL
-// for GELU_NONE. The heuristic reads its address (for the alignment), never its contents.
 static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                            int k, int lda, int ldb, int ldd, GeluEpilogue gelu, int has_bias,
-                            int accumulate, int align_a, int align_b, int align_d,
-                            const floatX *aux) {
-    const int align_aux = pointer_alignment(aux);
+                            int k, int lda, int ldb, int ldd, int has_bias, int accumulate,
+                            int align_a, int align_b, int align_d) {
     for (int i = 0; i < plans_count; i++) {
         MatmulPlan *p = &plans[i];
         if (p->transa == transa && p->transb == transb && p->m == m && p->n == n && p->k == k &&
-            p->lda == lda && p->ldb == ldb && p->ldd == ldd && p->gelu == gelu &&
-            p->has_bias == has_bias && p->accumulate == accumulate && p->align_a == align_a &&
-            p->align_b == align_b && p->align_d == align_d && p->align_aux == align_aux)
+            p->lda == lda && p->ldb == ldb && p->ldd == ldd && p->has_bias == has_bias &&
+            p->accumulate == accumulate && p->align_a == align_a && p->align_b == align_b &&
+            p->align_d == align_d)
             return p;
     }
     // a full cache recycles its slots in turn (sampling and generation bring a new row count
@@ -82,29 +54,20 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b_layout));
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->d_layout));
     }
-    *p = MatmulPlan{transa, transb, m, n, k, lda, ldb, ldd, gelu, has_bias, accumulate,
-                    align_a, align_b, align_d, align_aux};
+    *p = MatmulPlan{transa, transb, m, n, k, lda, ldb, ldd, has_bias, accumulate,
+                    align_a, align_b, align_d};
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa,
                                                 sizeof(transa)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb,
                                                 sizeof(transb)));
-    const cublasLtEpilogue_t epilogue = lt_epilogue(gelu, has_bias);
+    cublasLtEpilogue_t epilogue = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                 sizeof(epilogue)));
     if (has_bias) {
         cudaDataType_t bias_type = CUDA_R_16BF;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                     &bias_type, sizeof(bias_type)));
-    }
-    if (gelu != GELU_NONE) {
-        // aux is bf16 like D (the default aux type); its leading dimension must be a multiple
-        // of 8 elements, checked below
-        const int64_t aux_ld = ldd;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
     }
     // stored shapes, before the op: A is (m,k) or (k,m), B is (k,n) or (n,k), D is (m,n)
     int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
@@ -113,45 +76,32 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b_layout, CUDA_R_16BF, b_rows, b_cols, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d_layout, CUDA_R_16BF, m, n, ldd));
 
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cublaslt_workspace_size,
+        sizeof(cublaslt_workspace_size)));
+    const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const uint32_t aligns[4] = {(uint32_t)align_a, (uint32_t)align_b, (uint32_t)align_d,
+                                (uint32_t)align_d};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i],
+                                                          sizeof(aligns[i])));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
-    // the GELU epilogues' documented requirements on aux, not left to the heuristic
-    const bool aux_ok = gelu == GELU_NONE || (ldd % 8 == 0 && align_aux >= 16);
-    if (aux_ok) {
-        cublasLtMatmulPreference_t pref;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cublaslt_workspace_size,
-            sizeof(cublaslt_workspace_size)));
-        const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-        const uint32_t aligns[4] = {(uint32_t)align_a, (uint32_t)align_b, (uint32_t)align_d,
-                                    (uint32_t)align_d};
-        for (int i = 0; i < 4; i++)
-            CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i],
-                                                              sizeof(aligns[i])));
-        // "not supported" is how the heuristic may say it found nothing: any failure here
-        // falls back
-        status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, p->desc, p->a_layout,
-                                                p->b_layout, p->d_layout, p->d_layout, pref, 1,
-                                                &result, &found);
-        CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    }
+    // "not supported" is how the heuristic may say it found nothing: any failure here falls back
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        cublaslt_handle, p->desc, p->a_layout, p->b_layout, p->d_layout, p->d_layout, pref, 1,
+        &result, &found);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-        p->no_algorithm = 1;
-        char gelu_note[96] = "";
-        if (gelu != GELU_NONE)
-            snprintf(gelu_note, sizeof(gelu_note),
-                     ", %s epilogue, pre-activation aligned to %d bytes",
-                     gelu == GELU_FORWARD ? "GELU" : "GELU-gradient", align_aux);
+        p->use_gemm_ex = 1;
         fprintf(stderr,
                 "note: cuBLASLt has no algorithm for the bf16 GEMM m=%d n=%d k=%d (lda=%d ldb=%d "
-                "ldd=%d, pointer alignments %d %d %d bytes, bias %d%s): %s\n",
-                m, n, k, lda, ldb, ldd, align_a, align_b, align_d, has_bias, gelu_note,
-                gelu == GELU_NONE ? "using cublasGemmEx"
-                                  : "the GEMM and the GELU kernel run apart");
+                "ldd=%d, pointer alignments %d %d %d bytes, bias %d): using cublasGemmEx\n",
+                m, n, k, lda, ldb, ldd, align_a, align_b, align_d, has_bias);
     } else {
         p->algo = result.algo;
     }
@@ -167,20 +117,15 @@ __global__ void add_bias_kernel(bf16 *D, const bf16 *bias, int m, int n, int ldd
     *d = __float2bfloat16_rn(__bfloat162float(*d) + __bfloat162float(bias[i]));
 }
 
-// D (m,n) = op(A) @ op(B) [+ bias over rows of D] [+ D], column-major, bf16, fp32 accumulation,
-// with the GELU epilogue gelu on aux ((m,n), leading dimension ldd; NULL for GELU_NONE).
-// Returns false, having computed nothing, when cuBLASLt cannot run that GELU epilogue here:
-// the caller then runs the GEMM and the GELU apart. Without a GELU it always computes D.
-static bool lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+// D (m,n) = op(A) @ op(B) [+ bias over rows of D] [+ D], column-major, bf16, fp32 accumulation
+static void lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                       const floatX *A, int lda, const floatX *B, int ldb, floatX *D, int ldd,
-                      const floatX *bias, int accumulate, GeluEpilogue gelu, const floatX *aux) {
-    MatmulPlan *p = get_plan(transa, transb, m, n, k, lda, ldb, ldd, gelu, bias != NULL,
-                             accumulate, pointer_alignment(A), pointer_alignment(B),
-                             pointer_alignment(D), aux);
+                      const floatX *bias, int accumulate) {
+    MatmulPlan *p = get_plan(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, accumulate,
+                             pointer_alignment(A), pointer_alignment(B), pointer_alignment(D));
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     // the bias epilogue needs a 16-byte aligned bias; without one, the bias goes apart too
-    if (p->no_algorithm || (bias && !is_aligned16(bias))) {
-        if (gelu != GELU_NONE) return false;
+    if (p->use_gemm_ex || (bias && !is_aligned16(bias))) {
         CUBLAS_CHECK(cublasGemmEx(cublas_handle, transa, transb, m, n, k, &alpha, A, CUDA_R_16BF,
                                   lda, B, CUDA_R_16BF, ldb, &beta, D, CUDA_R_16BF, ldd,
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -188,37 +133,21 @@ static bool lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m,
             add_bias_kernel<<<ceil_div((long)m * n, 256), 256, 0, cuda_stream>>>(BF(D), CBF(bias), m, n, ldd);
             LAUNCH_CHECK();
         }
-        return true;
+        return;
     }
     if (bias) {
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &bias, sizeof(bias)));
     }
-    if (gelu != GELU_NONE) {
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-    }
     CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle, p->desc, &alpha, A, p->a_layout, B, p->b_layout,
                                 &beta, D, p->d_layout, D, p->d_layout, &p->algo,
                                 cublaslt_workspace, cublaslt_workspace_size, cuda_stream));
-    return true;
 }
 
 void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const floatX *bias,
                     int N, int C, int OC) {
     // out^T (OC,N) = weight (OC,C) @ inp^T (C,N); weight is stored column-major as (C,OC)
-    lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, bias, 0, GELU_NONE,
-              NULL);
-}
-
-void matmul_gelu_forward(floatX *out_gelu, floatX *out_pre, const floatX *inp,
-                         const floatX *weight, const floatX *bias, int N, int C, int OC) {
-    // out_pre^T (OC,N) = weight @ inp^T + bias as in matmul_forward, out_gelu^T = gelu(out_pre^T)
-    if (!lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out_gelu, OC, bias, 0,
-                   GELU_FORWARD, out_pre)) {
-        matmul_forward(out_pre, inp, weight, bias, N, C, OC);
-        gelu_forward(out_gelu, out_pre, (size_t)N * OC);
-    }
+    lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, bias, 0);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -289,24 +218,8 @@ static void bias_backward(floatX *dbias, const floatX *dout, int N, int OC) {
 void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
                      const floatX *inp, const floatX *weight, int N, int C, int OC) {
     // dinp^T (C,N) = weight^T (C,OC) @ dout^T (OC,N); weight is stored column-major as (C,OC)
-    if (dinp)
-        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, NULL, 0,
-                  GELU_NONE, NULL);
+    if (dinp) lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, NULL, 0);
     // dweight^T (C,OC) += inp^T (C,N) @ dout (N,OC)
-    lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1, GELU_NONE,
-              NULL);
+    lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1);
     if (dbias) bias_backward(dbias, dout, N, OC);
-}
-
-void matmul_backward_gelu(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
-                          const floatX *inp, const floatX *weight, const floatX *pre_gelu,
-                          int N, int C, int OC) {
-    // dinp^T (C,N) = (weight^T @ dout^T) * gelu'(pre_gelu^T), as in matmul_backward
-    if (lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, NULL, 0,
-                  GELU_BACKWARD, pre_gelu)) {
-        matmul_backward(NULL, dweight, dbias, dout, inp, weight, N, C, OC);
-    } else {
-        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-        gelu_backward(dinp, pre_gelu, dinp, (size_t)N * C);
-    }
 }

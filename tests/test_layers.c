@@ -10,10 +10,9 @@
 //   BWD_TOL 1e-5  gradients against the finite differences (measured: below 5e-7), and a
 //                 second backward call against twice the first (accumulation)
 // Elsewhere: exact where the operation is one fp32 add or a copy (encoder forward, residual,
-// dinp overwritten) and for the fused matmul+GELU calls against matmul and gelu called one
-// after the other (which is how the CPU computes them); 1e-6 for accumulated sums checked in
-// double (encoder backward, AdamW moments and params, grad_sumsq); 1e-4 for the AdamW step
-// recovered as new - old param, a difference that loses about 1e-5 relative to the step.
+// dinp overwritten); 1e-6 for accumulated sums checked in double (encoder backward, AdamW
+// moments and params, grad_sumsq); 1e-4 for the AdamW step recovered as new - old param,
+// a difference that loses about 1e-5 relative to the step.
 // Sizes are deliberately not multiples of anything (tiles of 6, 16, 32, 64, 256 in matmul).
 #include "../layers/layers.h"
 #include "test.h"
@@ -440,120 +439,6 @@ static void test_residual(size_t n) {
 }
 
 // ----------------------------------------------------------------------------------------
-// matmul with GELU: the fused calls must give exactly what matmul and gelu give one after the
-// other (that is how the CPU computes them), and the right gradients
-
-typedef struct {
-    double *pre, *weight, *bias, *dout;   // bias may be NULL
-    int N, C, OC;
-} GeluMatmulCase;
-
-// sum(out * dout) for out = gelu(pre) @ weight^T + bias: the objective of matmul_backward_gelu
-static double gelu_matmul_objective(const void *ctx) {
-    const GeluMatmulCase *gc = ctx;
-    double objective = 0.0;
-    for (int i = 0; i < gc->N; i++) {
-        for (int o = 0; o < gc->OC; o++) {
-            double sum = gc->bias ? gc->bias[o] : 0.0;
-            for (int c = 0; c < gc->C; c++) {
-                sum += gelu_reference(gc->pre[(size_t)i * gc->C + c]) *
-                       gc->weight[(size_t)o * gc->C + c];
-            }
-            objective += sum * gc->dout[(size_t)i * gc->OC + o];
-        }
-    }
-    return objective;
-}
-
-static void test_matmul_gelu(int N, int C, int OC, int with_bias) {
-    size_t NC = (size_t)N * C, OCC = (size_t)OC * C, NOC = (size_t)N * OC;
-    // weights scaled so that the pre-activations are about 1: GELU's curved part
-    float *inp = random_array(NC, 1.0f), *weight = random_array(OCC, 3.0f / sqrtf((float)C));
-    float *bias = with_bias ? random_array(OC, 1.0f) : NULL;
-
-    // forward (the fc layer): out_pre = inp @ weight^T + bias, out_gelu = gelu(out_pre)
-    float *out_gelu = poisoned_array(NOC), *out_pre = poisoned_array(NOC);
-    matmul_gelu_forward(out_gelu, out_pre, inp, weight, bias, N, C, OC);
-    float *pre_want = poisoned_array(NOC), *gelu_want = poisoned_array(NOC);
-    matmul_forward(pre_want, inp, weight, bias, N, C, OC);
-    gelu_forward(gelu_want, pre_want, NOC);
-    CHECK_CLOSE(out_pre, pre_want, NOC, 0.0,
-                "matmul_gelu_forward pre-activation = matmul_forward, N=%d C=%d OC=%d", N, C, OC);
-    CHECK_CLOSE(out_gelu, gelu_want, NOC, 0.0,
-                "matmul_gelu_forward = gelu_forward(matmul_forward), N=%d C=%d OC=%d", N, C, OC);
-    float *gelu_ref = malloc(NOC * sizeof(float));
-    for (int i = 0; i < N; i++) {
-        for (int o = 0; o < OC; o++) {
-            double sum = with_bias ? bias[o] : 0.0;
-            for (int c = 0; c < C; c++) {
-                sum += (double)inp[(size_t)i * C + c] * weight[(size_t)o * C + c];
-            }
-            gelu_ref[(size_t)i * OC + o] = (float)gelu_reference(sum);
-        }
-    }
-    CHECK_CLOSE(out_gelu, gelu_ref, NOC, FWD_TOL,
-                "matmul_gelu_forward against double, N=%d C=%d OC=%d", N, C, OC);
-
-    // backward (the fc projection, fed by gelu(pre)): the same shapes, inp = gelu(pre)
-    float *pre = random_array(NC, 3.0f), *dout = random_array(NOC, 1.0f);
-    float *gelu_inp = poisoned_array(NC);
-    gelu_forward(gelu_inp, pre, NC);
-    float *dinp = poisoned_array(NC), *dweight = zero_array(OCC);
-    float *dbias = with_bias ? zero_array(OC) : NULL;
-    matmul_backward_gelu(dinp, dweight, dbias, dout, gelu_inp, weight, pre, N, C, OC);
-    float *dinp_want = poisoned_array(NC), *dweight_want = zero_array(OCC);
-    float *dbias_want = with_bias ? zero_array(OC) : NULL;
-    matmul_backward(dinp_want, dweight_want, dbias_want, dout, gelu_inp, weight, N, C, OC);
-    gelu_backward(dinp_want, pre, dinp_want, NC);
-    CHECK_CLOSE(dinp, dinp_want, NC, 0.0,
-                "matmul_backward_gelu dinp = gelu_backward(matmul_backward), N=%d C=%d OC=%d",
-                N, C, OC);
-    CHECK_CLOSE(dweight, dweight_want, OCC, 0.0, "matmul_backward_gelu dweight = matmul_backward's");
-    if (with_bias) {
-        CHECK_CLOSE(dbias, dbias_want, OC, 0.0, "matmul_backward_gelu dbias = matmul_backward's");
-    }
-
-    if (NC * OC <= 4096) {   // finite differences of gelu(pre) @ weight^T + bias
-        GeluMatmulCase gc = {to_double(pre, NC), to_double(weight, OCC),
-                             with_bias ? to_double(bias, OC) : NULL, to_double(dout, NOC),
-                             N, C, OC};
-        float *dpre_fd = numeric_grad(gc.pre, NC, gelu_matmul_objective, &gc);
-        float *dweight_fd = numeric_grad(gc.weight, OCC, gelu_matmul_objective, &gc);
-        CHECK_CLOSE(dinp, dpre_fd, NC, BWD_TOL, "matmul_backward_gelu dinp, finite differences, "
-                    "N=%d C=%d OC=%d", N, C, OC);
-        CHECK_CLOSE(dweight, dweight_fd, OCC, BWD_TOL,
-                    "matmul_backward_gelu dweight, finite differences");
-        if (with_bias) {
-            float *dbias_fd = numeric_grad(gc.bias, OC, gelu_matmul_objective, &gc);
-            CHECK_CLOSE(dbias, dbias_fd, OC, BWD_TOL,
-                        "matmul_backward_gelu dbias, finite differences");
-            free(dbias_fd);
-        }
-        free(gc.pre); free(gc.weight); free(gc.bias); free(gc.dout);
-        free(dpre_fd); free(dweight_fd);
-    }
-
-    // second call: parameter gradients double, dinp is overwritten with the same values
-    float *dinp_once = malloc(NC * sizeof(float));
-    memcpy(dinp_once, dinp, NC * sizeof(float));
-    float *dweight_twice = scaled(dweight, OCC, 2.0f);
-    float *dbias_twice = with_bias ? scaled(dbias, OC, 2.0f) : NULL;
-    for (size_t i = 0; i < NC; i++) dinp[i] = NAN;
-    matmul_backward_gelu(dinp, dweight, dbias, dout, gelu_inp, weight, pre, N, C, OC);
-    CHECK_CLOSE(dinp, dinp_once, NC, 0.0,
-                "matmul_backward_gelu dinp is overwritten, not accumulated");
-    CHECK_CLOSE(dweight, dweight_twice, OCC, BWD_TOL, "matmul_backward_gelu dweight accumulates");
-    if (with_bias) {
-        CHECK_CLOSE(dbias, dbias_twice, OC, BWD_TOL, "matmul_backward_gelu dbias accumulates");
-    }
-
-    free(inp); free(weight); free(bias); free(out_gelu); free(out_pre); free(pre_want);
-    free(gelu_want); free(gelu_ref); free(pre); free(dout); free(gelu_inp); free(dinp);
-    free(dweight); free(dbias); free(dinp_want); free(dweight_want); free(dbias_want);
-    free(dinp_once); free(dweight_twice); free(dbias_twice);
-}
-
-// ----------------------------------------------------------------------------------------
 // crossentropy
 
 typedef struct {
@@ -738,10 +623,6 @@ int main(void) {
 
     test_gelu(1);
     test_gelu(1001);
-    test_matmul_gelu(1, 1, 1, 1);
-    test_matmul_gelu(5, 13, 7, 1);     // forward's few-rows path
-    test_matmul_gelu(7, 9, 33, 0);     // the blocked path, no bias
-    test_matmul_gelu(67, 259, 37, 1);  // several row and depth blocks (no finite differences)
     test_residual(1);
     test_residual(1001);
 

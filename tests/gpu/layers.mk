@@ -17,7 +17,6 @@ CPU_REF_SYMS = backend_name backend_init backend_describe device_memory_total de
     dev_free dev_memset_zero dev_upload dev_download dev_copy dev_synchronize dev_bytes_in_use \
     dev_bytes_peak floatX_upload floatX_download floatX_from_float encoder_forward \
     encoder_backward layernorm_forward layernorm_backward matmul_forward matmul_backward \
-    matmul_gelu_forward matmul_backward_gelu \
     gelu_forward gelu_backward residual_forward crossentropy_forward_backward grad_sumsq \
     dev_read_float adamw_update attention_name attention_saved_size attention_scratch_size \
     attention_forward attention_backward
