@@ -41,7 +41,7 @@ endif
 BUILD = build/$(VARIANT)
 
 # ---- sources --------------------------------------------------------------------------
-CORE_SRC = gpt2.c gpt2_decode.c utils.c data/dataloader.c data/tokenizer.c
+CORE_SRC = gpt2.c gpt2_decode.c sampler.c utils.c data/dataloader.c data/tokenizer.c
 BPE_SRC = data/bpe.c
 ifeq ($(BACKEND),cuda)
 CFLAGS += -DBACKEND_CUDA

@@ -12,6 +12,7 @@
 #include "data/bpe.h"
 #include "data/tokenizer.h"
 #include "gpt2.h"
+#include "sampler.h"
 #include "utils.h"
 
 typedef struct {
@@ -96,117 +97,6 @@ static Options parse_options(int argc, char **argv) {
 }
 
 // ----------------------------------------------------------------------------------------
-// sampling: temperature, then top-k, then top-p, then one draw from what is left
-
-typedef struct {
-    float value;   // logit, then unnormalised probability
-    int id;
-} Candidate;
-
-// splitmix64: seeds each sample's own xorshift64* stream from (seed, sample)
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
-static float random_unit(uint64_t *state) {   // xorshift64*, uniform in [0, 1)
-    *state ^= *state >> 12; *state ^= *state << 25; *state ^= *state >> 27;
-    return (float)((*state * 0x2545F4914F6CDD1DULL) >> 40) / 16777216.0f;
-}
-
-// larger first, the smaller id first among equals (the order greedy decoding uses)
-static int before(Candidate a, Candidate b) { return a.value > b.value || (a.value == b.value && a.id < b.id); }
-static int compare_candidates(const void *pa, const void *pb) {
-    Candidate a = *(const Candidate *)pa, b = *(const Candidate *)pb;
-    return before(a, b) ? -1 : before(b, a) ? 1 : 0;
-}
-
-static int argmax(const float *logits, int V) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
-}
-
-// the k best of logits (V) into out (k), sorted best first: a min-heap of the best so far,
-// whose root (the worst of them) each new logit must beat, O(V log k)
-static void top_k(Candidate *out, const float *logits, int V, int k) {
-    int n = 0;
-    for (int i = 0; i < V; i++) {
-        Candidate c = {logits[i], i};
-        if (n == k && !before(c, out[0])) continue;
-        int hole;
-        if (n < k) {   // sift up from the end
-            hole = n++;
-            while (hole > 0 && before(out[(hole - 1) / 2], c)) {
-                out[hole] = out[(hole - 1) / 2];
-                hole = (hole - 1) / 2;
-            }
-        } else {       // replace the root, sift down
-            hole = 0;
-            for (;;) {
-                int child = 2 * hole + 1;
-                if (child >= n) break;
-                if (child + 1 < n && before(out[child], out[child + 1])) child++;
-                if (!before(c, out[child])) break;
-                out[hole] = out[child];
-                hole = child;
-            }
-        }
-        out[hole] = c;
-    }
-    qsort(out, n, sizeof(Candidate), compare_candidates);
-}
-
-// one token from logits (V); coin uniform in [0, 1); work (V) scratch
-static int sample_token(const float *logits, int V, const Options *o, float coin, Candidate *work) {
-    if (o->temperature == 0.0f) return argmax(logits, V);
-    int n = V, sorted = 0;
-    if (o->top_k > 0 && o->top_k < V) {
-        top_k(work, logits, V, o->top_k);
-        n = o->top_k;
-        sorted = 1;
-    } else {
-        for (int i = 0; i < V; i++) work[i] = (Candidate){logits[i], i};
-    }
-    float max = sorted ? work[0].value : logits[argmax(logits, V)];
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        work[i].value = expf((work[i].value - max) / o->temperature);
-        sum += work[i].value;
-    }
-    if (o->top_p < 1.0f) {
-        if (!sorted) {
-            // Tokens below (1 - p) / (n - 1) of the mass cannot be in the nucleus: all n - 1 of
-            // them together hold less than 1 - p, so the best tokens reach p before any of them.
-            // Dropping them first leaves few to sort.
-            double cutoff = (1.0 - o->top_p) / (n - 1) * sum;
-            int kept = 0;
-            for (int i = 0; i < n; i++)
-                if (work[i].value >= cutoff) work[kept++] = work[i];
-            n = kept;
-            qsort(work, n, sizeof(Candidate), compare_candidates);
-        }
-        double target = o->top_p * sum, mass = 0.0;
-        int last = n - 1;
-        for (int i = 0; i < n; i++) {
-            mass += work[i].value;
-            if (mass >= target) { last = i; break; }
-        }
-        n = last + 1;
-        sum = 0.0;
-        for (int i = 0; i < n; i++) sum += work[i].value;
-    }
-    double target = coin * sum, cdf = 0.0;
-    for (int i = 0; i < n; i++) {
-        cdf += work[i].value;
-        if (target < cdf) return work[i].id;
-    }
-    return work[n - 1].id;   // rounding at the very end of the CDF
-}
-
-// ----------------------------------------------------------------------------------------
 // generation
 
 typedef struct {
@@ -219,7 +109,7 @@ typedef struct {
     int eot;                // id of <|endoftext|>, -1 when the model's vocabulary has none
     int V, Vp, maxT;
     float *logits;          // (B, Vp) host
-    Candidate *work;        // (B, V)
+    SampleCandidate *work;  // (B, V)
     int *tokens;            // (B) the tokens of the current step
     int **generated;        // (B, max_new) ids per sample
     FILE *logits_file;
@@ -284,11 +174,12 @@ static void choose_tokens(Generator *g, const Options *o, uint64_t *rng, const i
     if (g->logits_file)
         for (int b = 0; b < B; b++)
             fwrite_or_die(g->logits + (size_t)b * g->Vp, sizeof(float), g->V, g->logits_file, o->logits_path);
+    SamplerSettings settings = {o->temperature, o->top_k, o->top_p};
     float coins[B];
-    for (int b = 0; b < B; b++) coins[b] = random_unit(&rng[b]);
+    for (int b = 0; b < B; b++) coins[b] = sampler_coin(&rng[b]);
     #pragma omp parallel for if (B > 1)
     for (int b = 0; b < B; b++)
-        g->tokens[b] = done[b] ? g->eot : sample_token(g->logits + (size_t)b * g->Vp, g->V, o,
+        g->tokens[b] = done[b] ? g->eot : sample_token(g->logits + (size_t)b * g->Vp, g->V, settings,
                                                        coins[b], g->work + (size_t)b * g->V);
 }
 
@@ -301,7 +192,7 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
         kv_cache_init(&g->cache, &g->model, B, o->interactive ? g->maxT : cache_len);
     }
     uint64_t rng[B];
-    for (int b = 0; b < B; b++) rng[b] = splitmix64(o->seed ^ splitmix64((uint64_t)b)) | 1;
+    for (int b = 0; b < B; b++) rng[b] = sampler_seed(o->seed, (uint64_t)b);
     int done[B], count[B];
     memset(done, 0, sizeof(done));
     memset(count, 0, sizeof(count));
@@ -425,7 +316,7 @@ int main(int argc, char **argv) {
     if (g.eot >= g.V) g.eot = -1;
 
     g.logits = malloc((size_t)o.B * g.Vp * sizeof(float));
-    g.work = malloc((size_t)o.B * g.V * sizeof(Candidate));
+    g.work = malloc((size_t)o.B * g.V * sizeof(SampleCandidate));
     g.tokens = malloc((size_t)o.B * sizeof(int));
     g.generated = malloc((size_t)o.B * sizeof(int *));
     if (!g.logits || !g.work || !g.tokens || !g.generated) die("out of host memory");

@@ -18,6 +18,7 @@
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "gpt2.h"
+#include "sampler.h"
 #include "layers/comm.h"
 #include "utils.h"
 
@@ -291,48 +292,35 @@ static int resume_from(const Options *o, GPT2 *model, DataLoader *train, int glo
 }
 
 // ----------------------------------------------------------------------------------------
-// sampling: generate tokens from <|endoftext|>, one full forward pass per token (the KV
-// cache lives in infer_gpt2)
-
-static uint64_t rng_u64(uint64_t *state) {   // xorshift64*
-    *state ^= *state >> 12; *state ^= *state << 25; *state ^= *state >> 27;
-    return *state * 0x2545F4914F6CDD1DULL;
-}
-
-static int sample_softmax(const float *logits, int n, float coin) {
-    float maxv = logits[0];
-    for (int i = 1; i < n; i++) maxv = logits[i] > maxv ? logits[i] : maxv;
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - maxv);
-    double cdf = 0.0, target = coin * sum;
-    for (int i = 0; i < n; i++) {
-        cdf += exp((double)logits[i] - maxv);
-        if (target < cdf) return i;
-    }
-    return n - 1;
-}
+// sampling: text generated from <|endoftext|> at temperature 1, through the KV cache of
+// gpt2_decode.c and the sampler of sampler.c, as infer_gpt2 generates
 
 static void sample_text(GPT2 *model, const Tokenizer *tok, int gen_tokens, uint64_t *rng) {
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     int len = gen_tokens + 1 < model->config.max_seq_len ? gen_tokens + 1 : model->config.max_seq_len;
-    int *tokens = malloc(len * sizeof(int));
-    float *logits = malloc(model->config.vocab_size * sizeof(float));
-    if (!tokens || !logits) die("out of host memory for sampling");
-    tokens[0] = GPT2_EOT;
+    float *logits = malloc((size_t)Vp * sizeof(float));
+    SampleCandidate *work = malloc((size_t)V * sizeof(SampleCandidate));
+    if (!logits || !work) die("out of host memory for sampling");
+    const SamplerSettings settings = {1.0f, 0, 1.0f};
+    KVCache cache;
+    kv_cache_init(&cache, model, 1, len);
+    int token = GPT2_EOT;
+    gpt2_prefill(model, &cache, &token, 1, 1);
     printf("generating:\n---\n");
-    for (int t = 1; t < len; t++) {
-        gpt2_forward(model, tokens, NULL, 1, t);
-        gpt2_logits_at(model, 0, t - 1, logits);
-        float coin = (rng_u64(rng) >> 40) / 16777216.0f;
-        tokens[t] = sample_softmax(logits, model->config.vocab_size, coin);
+    for (int pos = 1; pos < len; pos++) {
+        gpt2_decode_logits(&cache, logits);
+        token = sample_token(logits, V, settings, sampler_coin(rng), work);
         size_t n = 0;
-        const uint8_t *bytes = tok ? tokenizer_token(tok, tokens[t], &n) : NULL;
+        const uint8_t *bytes = tok ? tokenizer_token(tok, token, &n) : NULL;
         if (bytes) fwrite(bytes, 1, n, stdout);
-        else printf("%d ", tokens[t]);
+        else printf("%d ", token);
         fflush(stdout);
+        if (pos + 1 < len) gpt2_decode_step(model, &cache, &token, pos);
     }
     printf("\n---\n");
-    free(tokens);
+    kv_cache_free(&cache);
     free(logits);
+    free(work);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -386,7 +374,7 @@ int main(int argc, char **argv) {
 
     // model
     GPT2 model;
-    uint64_t rng = o.seed ^ 0xA5A5A5A5ULL;
+    uint64_t rng = sampler_seed(o.seed, 0);   // the samples' random stream
     int start_step = 0;
     if (o.out_dir) make_dir(o.out_dir);
     if (o.resume) {
