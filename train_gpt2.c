@@ -340,8 +340,17 @@ static float evaluate(GPT2 *model, DataLoader *val, int max_batches) {
     return (float)(comm_allreduce_sum_host(sum) / n);
 }
 
+// mkdir -p: the folder and any missing parents
 static void make_dir(const char *dir) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("cannot create folder %s: %s", dir, strerror(errno));
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) die("folder name too long: %s", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) die("cannot create folder %s: %s", path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) die("cannot create folder %s: %s", dir, strerror(errno));
 }
 
 int main(int argc, char **argv) {

@@ -72,13 +72,15 @@ static int files_equal(const char *a, const char *b) {
 #define TINY "-e d1 -b 2 -t 16 -m 2 -g 4"
 
 static void test_full_run(void) {
-    int rc = run("%s -i %s/train.bin -j %s/val.bin " TINY " -x 4 -v 2 -s 2 -o %s/run", bin, dir, dir, dir);
+    // -o names a folder whose parent does not exist yet: it is made, parents and all
+    int rc = run("%s -i %s/train.bin -j %s/val.bin " TINY " -x 4 -v 2 -s 2 -o %s/new/run", bin, dir, dir, dir);
     CHECK(rc == 0, "a tiny training run exits 0 (got %d):\n%s", rc, output);
     CHECK(strstr(output, "step    1/4 | loss") != NULL, "per-step line printed");
     CHECK(strstr(output, "tok/s") && strstr(output, "ms |"), "step time and tokens/s printed");
     CHECK(strstr(output, "step 2: val loss") != NULL, "validation every 2 steps");
     CHECK(strstr(output, "generating:") != NULL, "sampled text");
     CHECK(strstr(output, "summary:") && strstr(output, "peak"), "summary with peak memory");
+    run("mv %s/new/run %s/run", dir, dir);
     char path[512];
     snprintf(path, sizeof(path), "%s/run/model_00000004.bin", dir);
     CHECK(access(path, F_OK) == 0, "final checkpoint written");
