@@ -9,27 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "test.h"
 
-static char bin[512], dir[256], output[1 << 16];
+static char bin[512];
 
-// runs a shell command with stdout and stderr captured into `output`; returns the exit code
-static int run(const char *fmt, ...) {
-    char cmd[4096], path[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    snprintf(path, sizeof(path), "%s/output.txt", dir);
-    char full[4500];
-    snprintf(full, sizeof(full), "( %s ) > %s 2>&1", cmd, path);
-    int status = system(full);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(output, 1, sizeof(output) - 1, f) : 0;
-    output[n] = '\0';
-    if (f) fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
 
 static void write_token_file(const char *path, int ntokens, int magic, int version, int declared,
                              unsigned long long *rng) {

@@ -16,27 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "test.h"
 
-static char bin[512], dir[256], output[1 << 16];
+static char bin[512];
 
-// runs a shell command with stdout and stderr captured into `output`; returns the exit code
-static int run(const char *fmt, ...) {
-    char cmd[8192], path[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    snprintf(path, sizeof(path), "%s/output.txt", dir);
-    char full[8600];
-    snprintf(full, sizeof(full), "( %s ) > %s 2>&1", cmd, path);
-    int status = system(full);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(output, 1, sizeof(output) - 1, f) : 0;
-    output[n] = '\0';
-    if (f) fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
 
 // Starts `world` ranks of train_gpt2 with args (one thread each: CI has 2 cores), each in the
 // background with its own --rank and the rendezvous folder <dir>/rv_<name>, and waits for all.
