@@ -68,6 +68,21 @@ size_t attention_scratch_size(int B, int T, int NH, int HS) {
 // ----------------------------------------------------------------------------------------
 // permutes
 
+// Element e of the packed (B,T,parts,NH,HS) layout is, in the split layout, at part p of
+// (B,NH,T,HS), the parts head_stride apart: this returns that offset.
+__device__ __forceinline__ size_t split_offset(size_t e, size_t head_stride, int parts, int T,
+                                               int NH, int HS) {
+    const int d = (int)(e % HS);
+    size_t rest = e / HS;
+    const int h = (int)(rest % NH);
+    rest /= NH;
+    const int p = (int)(rest % parts);
+    rest /= parts;
+    const int t = (int)(rest % T);
+    const int b = (int)(rest / T);
+    return p * head_stride + (((size_t)b * NH + h) * T + t) * HS + d;
+}
+
 // dst part p (B,NH,T,HS), parts head_stride apart  <-  src (B,T,parts,NH,HS)
 // one thread per VEC elements, in source order (coalesced reads, 16-byte row-chunk writes)
 template <int VEC>
@@ -77,17 +92,9 @@ __global__ void split_heads_kernel(bf16 *__restrict__ dst, const bf16 *__restric
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= total) return;
     const size_t e = idx * VEC;
-    const int d = (int)(e % HS);
-    size_t rest = e / HS;
-    const int h = (int)(rest % NH);
-    rest /= NH;
-    const int p = (int)(rest % parts);
-    rest /= parts;
-    const int t = (int)(rest % T);
-    const int b = (int)(rest / T);
     float x[VEC];
     load_bf16<VEC>(x, src + e);
-    store_bf16<VEC>(dst + p * head_stride + (((size_t)b * NH + h) * T + t) * HS + d, x);
+    store_bf16<VEC>(dst + split_offset(e, head_stride, parts, T, NH, HS), x);
 }
 
 // dst (B,T,parts,NH,HS)  <-  src part p (B,NH,T,HS), parts head_stride apart; in dest order
@@ -98,16 +105,8 @@ __global__ void merge_heads_kernel(bf16 *__restrict__ dst, const bf16 *__restric
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= total) return;
     const size_t e = idx * VEC;
-    const int d = (int)(e % HS);
-    size_t rest = e / HS;
-    const int h = (int)(rest % NH);
-    rest /= NH;
-    const int p = (int)(rest % parts);
-    rest /= parts;
-    const int t = (int)(rest % T);
-    const int b = (int)(rest / T);
     float x[VEC];
-    load_bf16<VEC>(x, src + p * head_stride + (((size_t)b * NH + h) * T + t) * HS + d);
+    load_bf16<VEC>(x, src + split_offset(e, head_stride, parts, T, NH, HS));
     store_bf16<VEC>(dst + e, x);
 }
 
