@@ -20,6 +20,16 @@ void die(const char *fmt, ...) {
     exit(1);
 }
 
+int fail_with(char *err, size_t err_len, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 FILE *fopen_or_die(const char *path, const char *mode) {
     FILE *f = fopen(path, mode);
     if (!f) die("cannot open %s for %s: %s", path, mode[0] == 'r' ? "reading" : "writing",

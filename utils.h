@@ -10,6 +10,10 @@
 // print "error: <message>\n" to stderr and exit(1)
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
+// For parsers that report instead of exiting (so they can be fuzzed): writes the message into
+// err (err_len bytes; nothing when err is NULL) and returns -1.
+int fail_with(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 // fopen that dies with "cannot open <path> for <reading|writing>: <strerror>"
 FILE *fopen_or_die(const char *path, const char *mode);
 // fread exactly n items or die with "<path>: truncated file (...)"

@@ -4,7 +4,6 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,17 +22,6 @@ static const char GPT2_PATTERN[] =
 #define PAIR_EMPTY UINT64_MAX
 
 // ---- small helpers ----------------------------------------------------------------------------
-
-static int fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t err_len, const char *fmt, ...) {
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -264,15 +252,15 @@ static int json_string(Json *j, ByteBuf *buf, const uint8_t *start) {
     j->p++;
     while (1) {
         if (j->p >= j->end)
-            return fail(j->err, j->err_len, "%s: unterminated string at end of file", j->name);
+            return fail_with(j->err, j->err_len, "%s: unterminated string at end of file", j->name);
         uint8_t c = *j->p;
         if (c == '"') { j->p++; return 0; }
         if (c < 0x20)
-            return fail(j->err, j->err_len, "%s: control character in a string at byte %zu", j->name,
+            return fail_with(j->err, j->err_len, "%s: control character in a string at byte %zu", j->name,
                         json_offset(j, start));
         if (c != '\\') { bytebuf_append(buf, &c, 1); j->p++; continue; }
         j->p++;
-        if (j->p >= j->end) return fail(j->err, j->err_len, "%s: unterminated escape at end of file", j->name);
+        if (j->p >= j->end) return fail_with(j->err, j->err_len, "%s: unterminated escape at end of file", j->name);
         uint8_t e = *j->p++;
         uint8_t out[4];
         const char *simple = strchr("\"\\/bfnrt", e);
@@ -283,7 +271,7 @@ static int json_string(Json *j, ByteBuf *buf, const uint8_t *start) {
         } else if (e == 'u') {
             uint32_t cp, lo;
             if (json_hex4(j, &cp) != 0)
-                return fail(j->err, j->err_len, "%s: bad \\u escape at byte %zu", j->name, json_offset(j, start));
+                return fail_with(j->err, j->err_len, "%s: bad \\u escape at byte %zu", j->name, json_offset(j, start));
             if (cp >= 0xD800 && cp < 0xDC00) {   // a UTF-16 surrogate pair spells one character
                 if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') goto lone_surrogate;
                 j->p += 2;
@@ -294,12 +282,12 @@ static int json_string(Json *j, ByteBuf *buf, const uint8_t *start) {
             }
             bytebuf_append(buf, out, utf8_encode(cp, out));
         } else {
-            return fail(j->err, j->err_len, "%s: bad escape '\\%c' at byte %zu", j->name, e,
+            return fail_with(j->err, j->err_len, "%s: bad escape '\\%c' at byte %zu", j->name, e,
                         json_offset(j, start));
         }
     }
 lone_surrogate:
-    return fail(j->err, j->err_len, "%s: unpaired UTF-16 surrogate at byte %zu", j->name, json_offset(j, start));
+    return fail_with(j->err, j->err_len, "%s: unpaired UTF-16 surrogate at byte %zu", j->name, json_offset(j, start));
 }
 
 typedef struct {
@@ -332,7 +320,7 @@ static int parse_encoder_json(const uint8_t *data, size_t n, const char *name,
     int rc = -1;
     json_ws(&j);
     if (j.p >= j.end || *j.p != '{') {
-        fail(err, err_len, "%s: not a JSON object (expected '{' at the start)", name);
+        fail_with(err, err_len, "%s: not a JSON object (expected '{' at the start)", name);
         goto done;
     }
     j.p++;
@@ -343,13 +331,13 @@ static int parse_encoder_json(const uint8_t *data, size_t n, const char *name,
         while (1) {
             json_ws(&j);
             if (j.p >= j.end || *j.p != '"') {
-                fail(err, err_len, "%s: expected a string key at byte %zu", name, json_offset(&j, data));
+                fail_with(err, err_len, "%s: expected a string key at byte %zu", name, json_offset(&j, data));
                 goto done;
             }
             if (json_string(&j, &key, data) != 0) goto done;
             json_ws(&j);
             if (j.p >= j.end || *j.p != ':') {
-                fail(err, err_len, "%s: expected ':' at byte %zu", name, json_offset(&j, data));
+                fail_with(err, err_len, "%s: expected ':' at byte %zu", name, json_offset(&j, data));
                 goto done;
             }
             j.p++;
@@ -362,7 +350,7 @@ static int parse_encoder_json(const uint8_t *data, size_t n, const char *name,
                 j.p++;
             }
             if (j.p == digits || value >= MAX_VOCAB || (j.p < j.end && (*j.p == '.' || *j.p == 'e' || *j.p == 'E'))) {
-                fail(err, err_len, "%s: expected a token id (an integer from 0 to %d) at byte %zu", name,
+                fail_with(err, err_len, "%s: expected a token id (an integer from 0 to %d) at byte %zu", name,
                      MAX_VOCAB - 1, (size_t)(digits - data));
                 goto done;
             }
@@ -373,14 +361,14 @@ static int parse_encoder_json(const uint8_t *data, size_t n, const char *name,
             }
             if (key.len == EOT_LEN && memcmp(key.data, BPE_EOT_TEXT, EOT_LEN) == 0) {
                 if (out->eot_entry >= 0) {
-                    fail(err, err_len, "%s: %s appears twice", name, BPE_EOT_TEXT);
+                    fail_with(err, err_len, "%s: %s appears twice", name, BPE_EOT_TEXT);
                     goto done;
                 }
                 out->eot_entry = (int)out->n;
                 bytebuf_append(&out->keys, key.data, key.len);
             } else {
                 if (key.len == 0) {
-                    fail(err, err_len, "%s: an empty token (id %ld)", name, value);
+                    fail_with(err, err_len, "%s: an empty token (id %ld)", name, value);
                     goto done;
                 }
                 size_t at = out->keys.len;
@@ -388,7 +376,7 @@ static int parse_encoder_json(const uint8_t *data, size_t n, const char *name,
                 long len = alphabet_to_bytes(byte_of_codepoint, key.data, key.len, out->keys.data + at);
                 if (len < 0) {
                     char q[96];
-                    fail(err, err_len, "%s: token \"%s\" (id %ld) is not spelled in GPT-2's byte alphabet", name,
+                    fail_with(err, err_len, "%s: token \"%s\" (id %ld) is not spelled in GPT-2's byte alphabet", name,
                          quote(key.data, key.len, q, sizeof(q)), value);
                     goto done;
                 }
@@ -400,13 +388,13 @@ static int parse_encoder_json(const uint8_t *data, size_t n, const char *name,
             json_ws(&j);
             if (j.p < j.end && *j.p == ',') { j.p++; continue; }
             if (j.p < j.end && *j.p == '}') { j.p++; break; }
-            fail(err, err_len, "%s: expected ',' or '}' at byte %zu", name, json_offset(&j, data));
+            fail_with(err, err_len, "%s: expected ',' or '}' at byte %zu", name, json_offset(&j, data));
             goto done;
         }
     }
     json_ws(&j);
     if (j.p != j.end) {
-        fail(err, err_len, "%s: unexpected text after the object at byte %zu", name, json_offset(&j, data));
+        fail_with(err, err_len, "%s: unexpected text after the object at byte %zu", name, json_offset(&j, data));
         goto done;
     }
     rc = 0;
@@ -444,7 +432,7 @@ static int compile_regex(BPE *bpe, char *err, size_t err_len) {
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof(msg));
-        return fail(err, err_len, "PCRE2 cannot compile GPT-2's pattern at offset %zu: %s "
+        return fail_with(err, err_len, "PCRE2 cannot compile GPT-2's pattern at offset %zu: %s "
                     "(PCRE2 10.40 or newer is needed)", (size_t)offset, (char *)msg);
     }
     bpe->regex = re;
@@ -475,11 +463,11 @@ static int bpe_parse_named(BPE *bpe, const char *merges, size_t merges_len, cons
     for (size_t k = 0; k < e.n; k++) {
         int id = e.id[k];
         if (id >= vocab) {
-            fail(err, err_len, "%s: id %d is out of range: %d tokens have ids 0 to %d", json_name, id, vocab, vocab - 1);
+            fail_with(err, err_len, "%s: id %d is out of range: %d tokens have ids 0 to %d", json_name, id, vocab, vocab - 1);
             goto done;
         }
         if (token[id]) {
-            fail(err, err_len, "%s: id %d is given to two tokens", json_name, id);
+            fail_with(err, err_len, "%s: id %d is given to two tokens", json_name, id);
             goto done;
         }
         token[id] = e.keys.data + e.key_off[k];
@@ -487,14 +475,14 @@ static int bpe_parse_named(BPE *bpe, const char *merges, size_t merges_len, cons
         made_by[id] = -1;
     }
     if (e.eot_entry < 0) {
-        fail(err, err_len, "%s: has no %s token", json_name, BPE_EOT_TEXT);
+        fail_with(err, err_len, "%s: has no %s token", json_name, BPE_EOT_TEXT);
         goto done;
     }
     bpe->eot_token = e.id[e.eot_entry];
     if (tokenizer_from_table(&bpe->tokenizer, vocab, bpe->eot_token, token, token_len, err, err_len) != 0) {
         char inner[200];
         snprintf(inner, sizeof(inner), "%s", err);
-        fail(err, err_len, "%s: %s", json_name, inner);
+        fail_with(err, err_len, "%s: %s", json_name, inner);
         goto done;
     }
     token_index_init(&ix, &bpe->tokenizer);
@@ -502,7 +490,7 @@ static int bpe_parse_named(BPE *bpe, const char *merges, size_t merges_len, cons
         if (id == bpe->eot_token) continue;
         int other = token_index_find(&ix, token[id], token_len[id], id);
         if (other >= 0) {
-            fail(err, err_len, "%s: tokens %d and %d have the same bytes \"%s\"", json_name, other, id,
+            fail_with(err, err_len, "%s: tokens %d and %d have the same bytes \"%s\"", json_name, other, id,
                  quote(token[id], token_len[id], q1, sizeof(q1)));
             goto done;
         }
@@ -511,7 +499,7 @@ static int bpe_parse_named(BPE *bpe, const char *merges, size_t merges_len, cons
         uint8_t byte = (uint8_t)b;
         bpe->byte_token[b] = token_index_find(&ix, &byte, 1, -1);
         if (bpe->byte_token[b] < 0) {
-            fail(err, err_len, "%s: has no token for the byte 0x%02x", json_name, b);
+            fail_with(err, err_len, "%s: has no token for the byte 0x%02x", json_name, b);
             goto done;
         }
     }
@@ -540,21 +528,21 @@ static int bpe_parse_named(BPE *bpe, const char *merges, size_t merges_len, cons
         if (line_end > p && line_end[-1] == '\r') line_end--;
         if (line_end == p) {
             if (next != end) {
-                fail(err, err_len, "%s line %d: empty line before the end of the file", merges_name, line_no);
+                fail_with(err, err_len, "%s line %d: empty line before the end of the file", merges_name, line_no);
                 goto done_buf;
             }
             break;
         }
         const char *space = memchr(p, ' ', (size_t)(line_end - p));
         if (!space || space == p || space + 1 == line_end || memchr(space + 1, ' ', (size_t)(line_end - space - 1))) {
-            fail(err, err_len, "%s line %d: expected two tokens separated by one space", merges_name, line_no);
+            fail_with(err, err_len, "%s line %d: expected two tokens separated by one space", merges_name, line_no);
             goto done_buf;
         }
         long la = alphabet_to_bytes(byte_of_codepoint, (const uint8_t *)p, (size_t)(space - p), buf);
         long lb = la < 0 ? -1 : alphabet_to_bytes(byte_of_codepoint, (const uint8_t *)space + 1,
                                                   (size_t)(line_end - space - 1), buf + la);
         if (la < 0 || lb < 0) {
-            fail(err, err_len, "%s line %d: a token is not spelled in GPT-2's byte alphabet", merges_name, line_no);
+            fail_with(err, err_len, "%s line %d: a token is not spelled in GPT-2's byte alphabet", merges_name, line_no);
             goto done_buf;
         }
         int left = token_index_find(&ix, buf, (size_t)la, -1);
@@ -563,20 +551,20 @@ static int bpe_parse_named(BPE *bpe, const char *merges, size_t merges_len, cons
         if (left < 0 || right < 0 || result < 0) {
             const uint8_t *missing = left < 0 ? buf : right < 0 ? buf + la : buf;
             size_t missing_len = left < 0 ? (size_t)la : right < 0 ? (size_t)lb : (size_t)(la + lb);
-            fail(err, err_len, "%s line %d: %s\"%s\" is not a token in %s (are the two files from the "
+            fail_with(err, err_len, "%s line %d: %s\"%s\" is not a token in %s (are the two files from the "
                  "same vocabulary?)", merges_name, line_no, left >= 0 && right >= 0 ? "the merged token " : "",
                  quote(missing, missing_len, q1, sizeof(q1)), json_name);
             goto done_buf;
         }
         int rank = bpe->n_merges;
         if ((token_len[left] > 1 && made_by[left] < 0) || (token_len[right] > 1 && made_by[right] < 0)) {
-            fail(err, err_len, "%s line %d: merges \"%s\" + \"%s\" before an earlier line makes them",
+            fail_with(err, err_len, "%s line %d: merges \"%s\" + \"%s\" before an earlier line makes them",
                  merges_name, line_no, quote(token[left], token_len[left], q1, sizeof(q1)),
                  quote(token[right], token_len[right], q2, sizeof(q2)));
             goto done_buf;
         }
         if (made_by[result] >= 0) {
-            fail(err, err_len, "%s line %d: \"%s\" is already made by the merge on line %d", merges_name,
+            fail_with(err, err_len, "%s line %d: \"%s\" is already made by the merge on line %d", merges_name,
                  line_no, quote(token[result], token_len[result], q1, sizeof(q1)),
                  made_by[result] + (line_no - rank));
             goto done_buf;
@@ -598,7 +586,7 @@ static int bpe_parse_named(BPE *bpe, const char *merges, size_t merges_len, cons
     }
     for (int id = 0; id < vocab; id++) {
         if (id != bpe->eot_token && token_len[id] > 1 && made_by[id] < 0) {
-            fail(err, err_len, "%s: token %d \"%s\" is made by no merge in %s (are the two files from the "
+            fail_with(err, err_len, "%s: token %d \"%s\" is made by no merge in %s (are the two files from the "
                  "same vocabulary?)", json_name, id, quote(token[id], token_len[id], q1, sizeof(q1)), merges_name);
             goto done_buf;
         }

@@ -3,7 +3,6 @@
 #include "tokenizer.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,17 +11,6 @@
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the token and tokenizer file formats are little-endian; this host is not"
 #endif
-
-static int fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t err_len, const char *fmt, ...) {
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 void bytebuf_append(ByteBuf *b, const void *src, size_t n) {
     if (b->len + n > b->cap) {
@@ -60,13 +48,13 @@ uint8_t *read_file_or_die(const char *path, size_t *n) {
 int tokenizer_from_table(Tokenizer *t, int vocab_size, int eot_token, const uint8_t *const *token,
                          const size_t *token_len, char *err, size_t err_len) {
     memset(t, 0, sizeof(*t));
-    if (vocab_size <= 0) return fail(err, err_len, "vocabulary size %d is not positive", vocab_size);
+    if (vocab_size <= 0) return fail_with(err, err_len, "vocabulary size %d is not positive", vocab_size);
     if (eot_token < -1 || eot_token >= vocab_size)
-        return fail(err, err_len, "end-of-text id %d is outside the vocabulary of %d", eot_token, vocab_size);
+        return fail_with(err, err_len, "end-of-text id %d is outside the vocabulary of %d", eot_token, vocab_size);
     size_t total = 0;
     for (int i = 0; i < vocab_size; i++) {
         if (token_len[i] == 0 || token_len[i] > 255)
-            return fail(err, err_len, "token %d is %zu bytes long (must be 1 to 255)", i, token_len[i]);
+            return fail_with(err, err_len, "token %d is %zu bytes long (must be 1 to 255)", i, token_len[i]);
         total += token_len[i];
     }
     t->offsets = malloc(((size_t)vocab_size + 1) * sizeof(uint32_t));
@@ -88,29 +76,29 @@ int tokenizer_parse(Tokenizer *t, const uint8_t *data, size_t n, char *err, size
     memset(t, 0, sizeof(*t));
     uint32_t header[TOKENIZER_HEADER_INTS];
     if (n < sizeof(header))
-        return fail(err, err_len, "too short for a tokenizer file (%zu bytes, the header alone is %zu)",
+        return fail_with(err, err_len, "too short for a tokenizer file (%zu bytes, the header alone is %zu)",
                     n, sizeof(header));
     memcpy(header, data, sizeof(header));
     if (header[0] != TOKENIZER_MAGIC)
-        return fail(err, err_len, "not a tokenizer file (magic %u, expected %d)", header[0], TOKENIZER_MAGIC);
+        return fail_with(err, err_len, "not a tokenizer file (magic %u, expected %d)", header[0], TOKENIZER_MAGIC);
     uint32_t version = header[1], vocab_size = header[2], eot;
     if (version == 1) {
         // version 1 has no end-of-text field; llm.c wrote it for GPT-2 only, where it is 50256
         if (vocab_size != 50257)
-            return fail(err, err_len, "version 1 tokenizer file with %u tokens (version 1 is GPT-2's 50257)",
+            return fail_with(err, err_len, "version 1 tokenizer file with %u tokens (version 1 is GPT-2's 50257)",
                         vocab_size);
         eot = 50256;
     } else if (version == 2) {
         eot = header[3];
     } else {
-        return fail(err, err_len, "unsupported tokenizer file version %u (this program reads 1 and 2)", version);
+        return fail_with(err, err_len, "unsupported tokenizer file version %u (this program reads 1 and 2)", version);
     }
     size_t body = n - sizeof(header);
     // each token takes at least 2 bytes (length byte + 1), which bounds vocab_size before allocating
     if (vocab_size == 0 || vocab_size > body / 2)
-        return fail(err, err_len, "vocabulary size %u does not fit the file's %zu bytes of tokens", vocab_size, body);
+        return fail_with(err, err_len, "vocabulary size %u does not fit the file's %zu bytes of tokens", vocab_size, body);
     if (eot >= vocab_size)
-        return fail(err, err_len, "end-of-text id %u is outside the vocabulary of %u", eot, vocab_size);
+        return fail_with(err, err_len, "end-of-text id %u is outside the vocabulary of %u", eot, vocab_size);
     const uint8_t *p = data + sizeof(header), *end = data + n;
     t->offsets = malloc(((size_t)vocab_size + 1) * sizeof(uint32_t));
     t->bytes = malloc(body);   // token bytes are fewer than the body's bytes
@@ -119,16 +107,16 @@ int tokenizer_parse(Tokenizer *t, const uint8_t *data, size_t n, char *err, size
     for (uint32_t i = 0; i < vocab_size; i++) {
         if (p >= end) {
             tokenizer_free(t);
-            return fail(err, err_len, "truncated: ends at token %u of %u", i, vocab_size);
+            return fail_with(err, err_len, "truncated: ends at token %u of %u", i, vocab_size);
         }
         uint8_t len = *p++;
         if (len == 0) {
             tokenizer_free(t);
-            return fail(err, err_len, "token %u has length 0", i);
+            return fail_with(err, err_len, "token %u has length 0", i);
         }
         if ((size_t)(end - p) < len) {
             tokenizer_free(t);
-            return fail(err, err_len, "truncated: token %u wants %u bytes, %zu left", i, len, (size_t)(end - p));
+            return fail_with(err, err_len, "truncated: token %u wants %u bytes, %zu left", i, len, (size_t)(end - p));
         }
         t->offsets[i] = at;
         memcpy(t->bytes + at, p, len);
@@ -139,7 +127,7 @@ int tokenizer_parse(Tokenizer *t, const uint8_t *data, size_t n, char *err, size
     if (p != end) {
         size_t extra = (size_t)(end - p);
         tokenizer_free(t);
-        return fail(err, err_len, "%zu unexpected bytes after the last token", extra);
+        return fail_with(err, err_len, "%zu unexpected bytes after the last token", extra);
     }
     t->vocab_size = (int)vocab_size;
     t->eot_token = (int)eot;
@@ -211,16 +199,16 @@ void token_file_header_init(int32_t header[TOKEN_FILE_HEADER_INTS], size_t ntoke
 int token_file_check(const int32_t header[TOKEN_FILE_HEADER_INTS], uint64_t file_bytes,
                      size_t *ntokens, char *err, size_t err_len) {
     if (file_bytes < TOKEN_FILE_HEADER_BYTES)
-        return fail(err, err_len, "too short for a token file (%llu bytes, the header alone is %zu)",
+        return fail_with(err, err_len, "too short for a token file (%llu bytes, the header alone is %zu)",
                     (unsigned long long)file_bytes, TOKEN_FILE_HEADER_BYTES);
     if (header[0] != TOKEN_FILE_MAGIC)
-        return fail(err, err_len, "not a token file (magic %d, expected %d)", header[0], TOKEN_FILE_MAGIC);
+        return fail_with(err, err_len, "not a token file (magic %d, expected %d)", header[0], TOKEN_FILE_MAGIC);
     if (header[1] != TOKEN_FILE_VERSION)
-        return fail(err, err_len, "token file version %d is not supported (version 1: uint16 tokens)", header[1]);
-    if (header[2] < 0) return fail(err, err_len, "negative token count %d", header[2]);
+        return fail_with(err, err_len, "token file version %d is not supported (version 1: uint16 tokens)", header[1]);
+    if (header[2] < 0) return fail_with(err, err_len, "negative token count %d", header[2]);
     uint64_t want = TOKEN_FILE_HEADER_BYTES + (uint64_t)header[2] * sizeof(uint16_t);
     if (want != file_bytes)
-        return fail(err, err_len, "header says %d tokens (%llu bytes) but the file has %llu bytes%s",
+        return fail_with(err, err_len, "header says %d tokens (%llu bytes) but the file has %llu bytes%s",
                     header[2], (unsigned long long)want, (unsigned long long)file_bytes,
                     file_bytes < want ? " (truncated)" : "");
     *ntokens = (size_t)header[2];

@@ -7,9 +7,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
-static char dir[256];              // the test's scratch folder (the test makes it with mkdtemp)
+static char bin[512];              // the program under test: $BUILD/<program>
+static char dir[256];              // the test's scratch folder
 static char output[1 << 16];       // what the last run() printed, stdout and stderr together
+
+// finds $BUILD/<program> (make test sets BUILD) and makes the scratch folder /tmp/<name>_XXXXXX;
+// returns 0, or 1 with a message when either fails
+static int cli_init(const char *program, const char *name) {
+    const char *build = getenv("BUILD");
+    snprintf(bin, sizeof(bin), "%s/%s", build ? build : "build/cpu-flash", program);
+    if (access(bin, X_OK) != 0) {
+        printf("FAIL: %s not found (run through `make test`)\n", bin);
+        return 1;
+    }
+    snprintf(dir, sizeof(dir), "/tmp/%s_XXXXXX", name);
+    if (!mkdtemp(dir)) {
+        printf("FAIL: cannot make a folder %s\n", dir);
+        return 1;
+    }
+    return 0;
+}
 
 // runs a shell command with stdout and stderr captured into `output`; returns the exit code
 // (128 when the command did not exit normally, e.g. a crash)

@@ -12,7 +12,6 @@
 #include "cli.h"
 #include "test.h"
 
-static char bin[512];
 
 
 static void write_token_file(const char *path, int ntokens, int magic, int version, int declared,
@@ -159,14 +158,7 @@ static void test_bad_inputs(unsigned long long *rng) {
 }
 
 int main(void) {
-    const char *build = getenv("BUILD");
-    snprintf(bin, sizeof(bin), "%s/train_gpt2", build ? build : "build/cpu-flash");
-    if (access(bin, X_OK) != 0) {
-        printf("FAIL: %s not found (run through `make test`)\n", bin);
-        return 1;
-    }
-    snprintf(dir, sizeof(dir), "/tmp/test_cli_XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (cli_init("train_gpt2", "test_cli") != 0) return 1;
     unsigned long long rng = test_seed();
     char p[512];
     snprintf(p, sizeof(p), "%s/train.bin", dir);

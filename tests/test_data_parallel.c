@@ -19,7 +19,6 @@
 #include "cli.h"
 #include "test.h"
 
-static char bin[512];
 
 
 // Starts `world` ranks of train_gpt2 with args (one thread each: CI has 2 cores), each in the
@@ -218,14 +217,7 @@ static void test_bad_inputs(void) {
 }
 
 int main(void) {
-    const char *build = getenv("BUILD");
-    snprintf(bin, sizeof(bin), "%s/train_gpt2", build ? build : "build/cpu-flash");
-    if (access(bin, X_OK) != 0) {
-        printf("FAIL: %s not found (run through `make test`)\n", bin);
-        return 1;
-    }
-    snprintf(dir, sizeof(dir), "/tmp/test_dp_XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (cli_init("train_gpt2", "test_dp") != 0) return 1;
     snprintf(common, sizeof(common), COMMON, dir, dir);
     unsigned long long rng = test_seed();
     char p[512];
