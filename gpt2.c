@@ -29,45 +29,68 @@ int gpt2_config_from_name(GPT2Config *config, const char *name, int max_seq_len)
 }
 
 // ----------------------------------------------------------------------------------------
-// the parameter table: every parameter tensor and its size, in checkpoint order
+// arenas: a list of sizes laid out in one allocation
 
-static const char *const param_names[NUM_PARAMETER_TENSORS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
-// 2-D weight matrices get weight decay; biases and layernorm parameters do not
-static const int param_decays[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0,
-                                                        0, 0, 1, 0, 1, 0, 0, 0};
+#define ARENA_ALIGN 256   // every tensor starts on a 256-byte boundary (vector loads, cuBLASLt)
+static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
+char *arena_alloc(size_t *offsets, const size_t *bytes, int n, const char *what) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        offsets[i] = total;
+        total += align_up(bytes[i]);
+    }
+    return dev_malloc(total, what);
+}
+
+double arena_print(const char *const *names, const size_t *bytes, int n) {
+    char buf[32];
+    double total = 0.0;
+    for (int i = 0; i < n; i++) {
+        format_bytes(buf, sizeof(buf), (double)bytes[i]);
+        printf("  %-18s %21s\n", names[i], buf);
+        total += align_up(bytes[i]);
+    }
+    return total;
+}
+
+// ----------------------------------------------------------------------------------------
+// the parameter table (gpt2.h: GPT2_PARAMETERS), in checkpoint order
+
+enum { INIT_NORMAL, INIT_RESIDUAL, INIT_EMBEDDING, INIT_ONES, INIT_ZEROS };
+#define NAME(name, ...) #name,
+#define DECAY(name, elements, decay, init) decay,
+#define INIT(name, elements, decay, init) init,
+static const char *const param_names[NUM_PARAMETER_TENSORS] = {GPT2_PARAMETERS(NAME, NAME)};
+static const int param_decays[NUM_PARAMETER_TENSORS] = {GPT2_PARAMETERS(DECAY, DECAY)};
+static const int param_inits[NUM_PARAMETER_TENSORS] = {GPT2_PARAMETERS(INIT, INIT)};
+#undef DECAY
+#undef INIT
 
 static void parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], GPT2Config c) {
     size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
-    sizes[0] = Vp * C;            // wte
-    sizes[1] = maxT * C;          // wpe
-    sizes[2] = L * C;             // ln1w
-    sizes[3] = L * C;             // ln1b
-    sizes[4] = L * (3 * C) * C;   // qkvw
-    sizes[5] = L * (3 * C);       // qkvb
-    sizes[6] = L * C * C;         // attprojw
-    sizes[7] = L * C;             // attprojb
-    sizes[8] = L * C;             // ln2w
-    sizes[9] = L * C;             // ln2b
-    sizes[10] = L * (4 * C) * C;  // fcw
-    sizes[11] = L * (4 * C);      // fcb
-    sizes[12] = L * C * (4 * C);  // fcprojw
-    sizes[13] = L * C;            // fcprojb
-    sizes[14] = C;                // lnfw
-    sizes[15] = C;                // lnfb
+    (void)Vp, (void)maxT;
+#define ONE(name, elements, ...) sizes[PARAM_##name] = (elements);
+#define LAYER(name, elements, ...) sizes[PARAM_##name] = L * (elements);
+    GPT2_PARAMETERS(ONE, LAYER)
+#undef ONE
+#undef LAYER
 }
 
-// points the 16 tensors of *t into the arena memory, in table order
+// points the tensors of *t into the arena memory, one after another in table order
 static void point_parameters(ParameterTensors *t, floatX *memory,
                              const size_t sizes[NUM_PARAMETER_TENSORS]) {
-    floatX **ptrs[NUM_PARAMETER_TENSORS] = {
-        &t->wte, &t->wpe, &t->ln1w, &t->ln1b, &t->qkvw, &t->qkvb, &t->attprojw, &t->attprojb,
-        &t->ln2w, &t->ln2b, &t->fcw, &t->fcb, &t->fcprojw, &t->fcprojb, &t->lnfw, &t->lnfb};
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        *ptrs[i] = memory;
-        memory += sizes[i];
-    }
+#define POINT(name, ...) t->name = memory, memory += sizes[PARAM_##name];
+    GPT2_PARAMETERS(POINT, POINT)
+#undef POINT
+}
+
+LayerParams gpt2_layer_params(const ParameterTensors *t, size_t C, int l) {
+    LayerParams p;
+#define LAYER(name, elements, ...) p.name = t->name + (size_t)l * (elements);
+    GPT2_PARAMETERS(GPT2_NOTHING, LAYER)
+#undef LAYER
+    return p;
 }
 
 static void validate_config(GPT2Config c, const char *source) {
@@ -90,13 +113,17 @@ static size_t shard_owned(const GPT2 *model) {
     return rest < model->shard_size ? rest : model->shard_size;
 }
 
-// allocates the parameter and gradient arenas (and master weights where floatX is not fp32)
-static void allocate_parameters(GPT2 *model, GPT2Config config) {
+// the model of config, without memory yet: the sizes of its parameter tensors and their sum
+static void size_parameters(GPT2 *model, GPT2Config config) {
     memset(model, 0, sizeof(*model));
     model->config = config;
     parameter_sizes(model->param_sizes, config);
-    model->num_parameters = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) model->num_parameters += model->param_sizes[i];
+}
+
+// allocates the parameter and gradient arenas (and master weights where floatX is not fp32)
+// of a model that size_parameters has sized
+static void allocate_parameters(GPT2 *model) {
     size_t n = model->num_parameters;
     // ZeRO-1 shards: one rank keeps the whole array (no padding, nothing changes); several get
     // equal shards, a multiple of 128 elements (aligned vectors and collective chunks)
@@ -145,7 +172,8 @@ static void fill_normal(float *out, size_t n, float std, uint64_t *state) {   //
 
 void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed) {
     validate_config(config, "init");
-    allocate_parameters(model, config);
+    size_parameters(model, config);
+    allocate_parameters(model);
     float *host = malloc(model->num_parameters * sizeof(float));
     if (!host) die("out of host memory initialising %zu parameters", model->num_parameters);
     uint64_t state = seed;
@@ -154,18 +182,17 @@ void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed) {
     float *p = host;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t n = model->param_sizes[i];
-        const char *name = param_names[i];
-        if (strcmp(name, "ln1w") == 0 || strcmp(name, "ln2w") == 0 || strcmp(name, "lnfw") == 0) {
-            for (size_t j = 0; j < n; j++) p[j] = 1.0f;
-        } else if (!param_decays[i]) {   // biases and layernorm biases
-            memset(p, 0, n * sizeof(float));
-        } else if (strcmp(name, "wte") == 0) {   // real vocabulary rows random, padding zero
+        switch (param_inits[i]) {
+        case INIT_NORMAL: fill_normal(p, n, std, &state); break;
+        case INIT_RESIDUAL: fill_normal(p, n, residual_std, &state); break;
+        case INIT_EMBEDDING: {   // real vocabulary rows random, padding zero
             size_t real = (size_t)config.vocab_size * config.channels;
             fill_normal(p, real, std, &state);
             memset(p + real, 0, (n - real) * sizeof(float));
-        } else {
-            int residual = strcmp(name, "attprojw") == 0 || strcmp(name, "fcprojw") == 0;
-            fill_normal(p, n, residual ? residual_std : std, &state);
+            break;
+        }
+        case INIT_ONES: for (size_t j = 0; j < n; j++) p[j] = 1.0f; break;
+        case INIT_ZEROS: memset(p, 0, n * sizeof(float)); break;
         }
         p += n;
     }
@@ -200,7 +227,9 @@ void gpt2_load_checkpoint(GPT2 *model, const char *path) {
     GPT2Config c = {.max_seq_len = header[2], .vocab_size = header[3], .num_layers = header[4],
                     .num_heads = header[5], .channels = header[6], .padded_vocab_size = header[7]};
     validate_config(c, path);
-    allocate_parameters(model, c);
+    // the file's size against the config's before any allocation: a header that claims a
+    // huge model in a small file is a truncated file, not a reason to allocate gigabytes
+    size_parameters(model, c);
     size_t n = model->num_parameters;
     size_t elem = version == CHECKPOINT_VERSION_FP32 ? sizeof(float) : sizeof(uint16_t);
     long expected = (long)(sizeof(header) + n * elem);
@@ -208,6 +237,7 @@ void gpt2_load_checkpoint(GPT2 *model, const char *path) {
         die("%s: %s by %ld bytes: the header's config needs %zu parameters (%ld bytes in all)",
             path, file_size < expected ? "truncated" : "too long",
             labs(expected - file_size), n, expected);
+    allocate_parameters(model);
     float *host = malloc(n * sizeof(float));
     if (!host) die("out of host memory loading %s", path);
     if (version == CHECKPOINT_VERSION_FP32) {
@@ -249,48 +279,43 @@ void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
 }
 
 // ----------------------------------------------------------------------------------------
-// the activation table: every tensor of one forward pass and its size in bytes
+// the activation table (gpt2.h: GPT2_ACTIVATIONS)
 
-static const char *const activation_names[NUM_ACTIVATION_TENSORS] = {
-    "encoded", "ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "att_saved", "residual2",
-    "ln2", "ln2_mean", "ln2_rstd", "fch", "fch_gelu", "residual3", "lnf", "lnf_mean",
-    "lnf_rstd", "logits", "losses", "inputs", "targets", "scratch_c", "scratch_3c",
-    "scratch_4c", "dresidual", "att_scratch"};
+static const char *const activation_names[NUM_ACTIVATION_TENSORS] = {GPT2_ACTIVATIONS(NAME, NAME)};
+#undef NAME
 
-static void activation_sizes(size_t bytes[NUM_ACTIVATION_TENSORS], GPT2Config c, int B, int T) {
-    size_t N = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
-    size_t X = sizeof(floatX), F = sizeof(float);
-    int NH = c.num_heads, HS = c.channels / c.num_heads;
-    bytes[0] = N * C * X;                                    // encoded
-    bytes[1] = L * N * C * X;                                // ln1
-    bytes[2] = L * N * F;                                    // ln1_mean
-    bytes[3] = L * N * F;                                    // ln1_rstd
-    bytes[4] = L * N * 3 * C * X;                            // qkv
-    bytes[5] = L * N * C * X;                                // atty
-    bytes[6] = L * attention_saved_size(B, T, NH, HS);       // att_saved
-    bytes[7] = L * N * C * X;                                // residual2
-    bytes[8] = L * N * C * X;                                // ln2
-    bytes[9] = L * N * F;                                    // ln2_mean
-    bytes[10] = L * N * F;                                   // ln2_rstd
-    bytes[11] = L * N * 4 * C * X;                           // fch
-    bytes[12] = L * N * 4 * C * X;                           // fch_gelu
-    bytes[13] = L * N * C * X;                               // residual3
-    bytes[14] = N * C * X;                                   // lnf
-    bytes[15] = N * F;                                       // lnf_mean
-    bytes[16] = N * F;                                       // lnf_rstd
-    bytes[17] = N * Vp * X;                                  // logits
-    bytes[18] = N * F;                                       // losses
-    bytes[19] = N * sizeof(int);                             // inputs
-    bytes[20] = N * sizeof(int);                             // targets
-    bytes[21] = N * C * X;                                   // scratch_c
-    bytes[22] = N * 3 * C * X;                               // scratch_3c
-    bytes[23] = N * 4 * C * X;                               // scratch_4c
-    bytes[24] = N * C * X;                                   // dresidual
-    bytes[25] = attention_scratch_size(B, T, NH, HS);        // att_scratch
+// bias gradients in backward come from the matmuls of OC = 3C, C and 4C
+static size_t matmul_scratch_bytes(int N, int C) {
+    size_t qkv = matmul_backward_scratch_size(N, 3 * C), proj = matmul_backward_scratch_size(N, C);
+    size_t fc = matmul_backward_scratch_size(N, 4 * C);
+    size_t most = qkv > proj ? qkv : proj;
+    return most > fc ? most : fc;
 }
 
-#define ARENA_ALIGN 256   // every tensor starts on a 256-byte boundary (vector loads, cuBLAS)
-static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+// the local names the table's shapes are written in, for a pass of (B, T)
+#define ACTIVATION_SHAPES(c, B, T)                                                            \
+    size_t N = (size_t)(B) * (T), C = (c).channels, Vp = (c).padded_vocab_size;               \
+    int NH = (c).num_heads, HS = (c).channels / (c).num_heads;                                \
+    (void)Vp, (void)NH, (void)HS
+
+static void activation_sizes(size_t bytes[NUM_ACTIVATION_TENSORS], GPT2Config c, int B, int T) {
+    ACTIVATION_SHAPES(c, B, T);
+    size_t L = c.num_layers;
+#define ONE(name, type, elements) bytes[ACT_##name] = (elements) * sizeof(type);
+#define LAYER(name, type, elements) bytes[ACT_##name] = L * (elements) * sizeof(type);
+    GPT2_ACTIVATIONS(ONE, LAYER)
+#undef ONE
+#undef LAYER
+}
+
+LayerActs gpt2_layer_acts(const ActivationTensors *a, GPT2Config c, int B, int T, int l) {
+    ACTIVATION_SHAPES(c, B, T);
+    LayerActs v;
+#define LAYER(name, type, elements) v.name = a->name + (size_t)l * (elements);
+    GPT2_ACTIVATIONS(GPT2_NOTHING, LAYER)
+#undef LAYER
+    return v;
+}
 
 // makes sure the activation arena holds a forward pass of (B, T); grows it when needed
 static void ensure_activations(GPT2 *model, int B, int T) {
@@ -303,23 +328,13 @@ static void ensure_activations(GPT2 *model, int B, int T) {
     model->act_B = B > model->act_B ? B : model->act_B;
     model->act_T = T > model->act_T ? T : model->act_T;
     activation_sizes(model->act_bytes, model->config, model->act_B, model->act_T);
-    size_t total = 0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) total += align_up(model->act_bytes[i]);
-    model->acts_memory = dev_malloc(total, "activations");
+    size_t offsets[NUM_ACTIVATION_TENSORS];
+    char *base = arena_alloc(offsets, model->act_bytes, NUM_ACTIVATION_TENSORS, "activations");
+    model->acts_memory = base;
     ActivationTensors *a = &model->acts;
-    void **ptrs[NUM_ACTIVATION_TENSORS] = {
-        (void **)&a->encoded, (void **)&a->ln1, (void **)&a->ln1_mean, (void **)&a->ln1_rstd,
-        (void **)&a->qkv, (void **)&a->atty, &a->att_saved, (void **)&a->residual2,
-        (void **)&a->ln2, (void **)&a->ln2_mean, (void **)&a->ln2_rstd, (void **)&a->fch,
-        (void **)&a->fch_gelu, (void **)&a->residual3, (void **)&a->lnf, (void **)&a->lnf_mean,
-        (void **)&a->lnf_rstd, (void **)&a->logits, (void **)&a->losses, (void **)&a->inputs,
-        (void **)&a->targets, (void **)&a->scratch_c, (void **)&a->scratch_3c,
-        (void **)&a->scratch_4c, (void **)&a->dresidual, &a->att_scratch};
-    char *p = model->acts_memory;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        *ptrs[i] = p;
-        p += align_up(model->act_bytes[i]);
-    }
+#define POINT(name, type, ...) a->name = (type *)(base + offsets[ACT_##name]);
+    GPT2_ACTIVATIONS(POINT, POINT)
+#undef POINT
     model->host_losses = malloc((size_t)model->act_B * model->act_T * sizeof(float));
     if (!model->host_losses) die("out of host memory for the losses");
 }
@@ -344,34 +359,27 @@ static float forward(GPT2 *model, const int *inputs, const int *targets, int B, 
     int Vp = c.padded_vocab_size, HS = C / NH, N = B * T;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    size_t saved_stride = attention_saved_size(B, T, NH, HS);
     upload_tokens(a.inputs, inputs, N, V, "input");
 
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C);
     for (int l = 0; l < L; l++) {
-        floatX *residual = l == 0 ? a.encoded : a.residual3 + (size_t)(l - 1) * N * C;
-        size_t nc = (size_t)l * N * C, n = (size_t)l * N;
-        floatX *ln1 = a.ln1 + nc, *qkv = a.qkv + 3 * nc, *atty = a.atty + nc;
-        floatX *residual2 = a.residual2 + nc, *ln2 = a.ln2 + nc, *residual3 = a.residual3 + nc;
-        floatX *fch = a.fch + 4 * nc, *fch_gelu = a.fch_gelu + 4 * nc;
-        void *saved = (char *)a.att_saved + l * saved_stride;
+        LayerParams w = gpt2_layer_params(&p, C, l);
+        LayerActs x = gpt2_layer_acts(&a, c, B, T, l);
+        floatX *residual = l == 0 ? a.encoded : gpt2_layer_acts(&a, c, B, T, l - 1).residual3;
         // attention block: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        layernorm_forward(ln1, a.ln1_mean + n, a.ln1_rstd + n, residual, p.ln1w + l * C,
-                          p.ln1b + l * C, N, C);
-        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C);
-        attention_forward(atty, saved, a.att_scratch, qkv, B, T, NH, HS);
-        matmul_forward(a.scratch_c, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C);
-        residual_forward(residual2, residual, a.scratch_c, (size_t)N * C);
+        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+        matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+        attention_forward(x.atty, x.att_saved, a.att_scratch, x.qkv, B, T, NH, HS);
+        matmul_forward(a.scratch_c, x.atty, w.attprojw, w.attprojb, N, C, C);
+        residual_forward(x.residual2, residual, a.scratch_c, (size_t)N * C);
         // MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        layernorm_forward(ln2, a.ln2_mean + n, a.ln2_rstd + n, residual2, p.ln2w + l * C,
-                          p.ln2b + l * C, N, C);
-        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C);
-        gelu_forward(fch_gelu, fch, (size_t)N * 4 * C);
-        matmul_forward(a.scratch_c, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C,
-                       N, 4 * C, C);
-        residual_forward(residual3, residual2, a.scratch_c, (size_t)N * C);
+        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
+        matmul_forward(x.fch, x.ln2, w.fcw, w.fcb, N, C, 4 * C);
+        gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
+        matmul_forward(a.scratch_c, x.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+        residual_forward(x.residual3, x.residual2, a.scratch_c, (size_t)N * C);
     }
-    floatX *last = a.residual3 + (size_t)(L - 1) * N * C;
+    floatX *last = gpt2_layer_acts(&a, c, B, T, L - 1).residual3;
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, N, C);
     matmul_forward(a.logits, a.lnf, p.wte, NULL, N, C, Vp);   // tied LM head
     if (!targets) return -1.0f;
@@ -399,39 +407,35 @@ static void backward(GPT2 *model) {
     int L = c.num_layers, NH = c.num_heads, C = c.channels, Vp = c.padded_vocab_size, HS = C / NH;
     ParameterTensors p = model->params, g = model->grads;
     ActivationTensors a = model->acts;
-    size_t saved_stride = attention_saved_size(B, T, NH, HS);
 
     // a.logits holds dlogits (written by the forward's cross-entropy)
-    matmul_backward(a.scratch_c, g.wte, NULL, a.logits, a.lnf, p.wte, N, C, Vp);
+    matmul_backward(a.scratch_c, g.wte, NULL, a.matmul_scratch, a.logits, a.lnf, p.wte, N, C, Vp);
     dev_memset_zero(a.dresidual, (size_t)N * C * sizeof(floatX));
-    floatX *last = a.residual3 + (size_t)(L - 1) * N * C;
-    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.scratch_c, last, p.lnfw, a.lnf_mean,
-                       a.lnf_rstd, N, C);
+    floatX *last = gpt2_layer_acts(&a, c, B, T, L - 1).residual3;
+    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.layernorm_scratch, a.scratch_c, last, p.lnfw,
+                       a.lnf_mean, a.lnf_rstd, N, C);
     for (int l = L - 1; l >= 0; l--) {
-        floatX *residual = l == 0 ? a.encoded : a.residual3 + (size_t)(l - 1) * N * C;
-        size_t nc = (size_t)l * N * C, n = (size_t)l * N;
-        floatX *ln1 = a.ln1 + nc, *qkv = a.qkv + 3 * nc, *atty = a.atty + nc;
-        floatX *residual2 = a.residual2 + nc, *ln2 = a.ln2 + nc;
-        floatX *fch = a.fch + 4 * nc, *fch_gelu = a.fch_gelu + 4 * nc;
-        const void *saved = (const char *)a.att_saved + l * saved_stride;
+        LayerParams w = gpt2_layer_params(&p, C, l), dw = gpt2_layer_params(&g, C, l);
+        LayerActs x = gpt2_layer_acts(&a, c, B, T, l);
+        floatX *residual = l == 0 ? a.encoded : gpt2_layer_acts(&a, c, B, T, l - 1).residual3;
+        void *mm = a.matmul_scratch, *ln = a.layernorm_scratch;
         // MLP block
-        matmul_backward(a.scratch_4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C,
-                        a.dresidual, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, N, 4 * C, C);
-        gelu_backward(a.scratch_4c, fch, a.scratch_4c, (size_t)N * 4 * C);
-        matmul_backward(a.scratch_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.scratch_4c,
-                        ln2, p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C);
-        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.scratch_c, residual2,
-                           p.ln2w + l * C, a.ln2_mean + n, a.ln2_rstd + n, N, C);
+        matmul_backward(a.scratch_4c, dw.fcprojw, dw.fcprojb, mm, a.dresidual, x.fch_gelu,
+                        w.fcprojw, N, 4 * C, C);
+        gelu_backward(a.scratch_4c, x.fch, a.scratch_4c, (size_t)N * 4 * C);
+        matmul_backward(a.scratch_c, dw.fcw, dw.fcb, mm, a.scratch_4c, x.ln2, w.fcw, N, C, 4 * C);
+        layernorm_backward(a.dresidual, dw.ln2w, dw.ln2b, ln, a.scratch_c, x.residual2, w.ln2w,
+                           x.ln2_mean, x.ln2_rstd, N, C);
         // attention block
-        matmul_backward(a.scratch_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C,
-                        a.dresidual, atty, p.attprojw + (size_t)l * C * C, N, C, C);
-        attention_backward(a.scratch_3c, a.att_scratch, a.scratch_c, qkv, atty, saved, B, T, NH, HS);
-        matmul_backward(a.scratch_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C,
-                        a.scratch_3c, ln1, p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C);
-        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.scratch_c, residual,
-                           p.ln1w + l * C, a.ln1_mean + n, a.ln1_rstd + n, N, C);
+        matmul_backward(a.scratch_c, dw.attprojw, dw.attprojb, mm, a.dresidual, x.atty,
+                        w.attprojw, N, C, C);
+        attention_backward(a.scratch_3c, a.att_scratch, a.scratch_c, x.qkv, x.atty, x.att_saved,
+                           B, T, NH, HS);
+        matmul_backward(a.scratch_c, dw.qkvw, dw.qkvb, mm, a.scratch_3c, x.ln1, w.qkvw, N, C, 3 * C);
+        layernorm_backward(a.dresidual, dw.ln1w, dw.ln1b, ln, a.scratch_c, residual, w.ln1w,
+                           x.ln1_mean, x.ln1_rstd, N, C);
     }
-    encoder_backward(g.wte, g.wpe, a.dresidual, a.inputs, B, T, C);
+    encoder_backward(g.wte, g.wpe, a.encoder_scratch, a.dresidual, a.inputs, B, T, C);
 }
 
 float gpt2_forward_backward(GPT2 *model, const int *inputs, const int *targets, int B, int T,
@@ -585,10 +589,10 @@ void gpt2_print_memory(const GPT2 *model) {
     char buf[32];
     size_t n = model->num_parameters;
     printf("memory (%s, floatX=%s):\n", backend_name(), FLOATX_NAME);
-    printf("  %-12s %14s %12s\n", "tensor", "elements", "bytes");
+    printf("  %-18s %14s %12s\n", "tensor", "elements", "bytes");
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         format_bytes(buf, sizeof(buf), (double)model->param_sizes[i] * sizeof(floatX));
-        printf("  %-12s %14zu %12s\n", param_names[i], model->param_sizes[i], buf);
+        printf("  %-18s %14zu %12s\n", param_names[i], model->param_sizes[i], buf);
     }
     double shard = (double)model->shard_size;   // ZeRO-1: this rank's part of the optimizer
     double state = 2.0 * padded_parameters(model) * sizeof(floatX) +
@@ -600,14 +604,13 @@ void gpt2_print_memory(const GPT2 *model) {
         printf(" (optimizer state for a shard of %zu of %zu parameters, rank %d of %d)",
                model->shard_size, n, comm_rank(), comm_world());
     printf("\n");
+    if (backend_workspace_size()) {
+        format_bytes(buf, sizeof(buf), (double)backend_workspace_size());
+        printf("  backend workspace (cuBLAS, cuBLASLt): %s\n", buf);
+    }
     if (!model->acts_memory) return;
     printf("  activations at B=%d T=%d (attention: %s):\n", model->act_B, model->act_T, attention_name);
-    double total = 0.0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        format_bytes(buf, sizeof(buf), (double)model->act_bytes[i]);
-        printf("  %-12s %27s\n", activation_names[i], buf);
-        total += align_up(model->act_bytes[i]);
-    }
+    double total = arena_print(activation_names, model->act_bytes, NUM_ACTIVATION_TENSORS);
     format_bytes(buf, sizeof(buf), total);
     printf("  activations total: %s\n", buf);
 }

@@ -27,60 +27,93 @@ typedef struct {
     int channels;           // C
 } GPT2Config;
 
-// Parameters, in llm.c's checkpoint order. Each points into one contiguous arena.
-#define NUM_PARAMETER_TENSORS 16
-typedef struct {
-    floatX *wte;       // (Vp, C)  token embedding, tied with the LM head
-    floatX *wpe;       // (maxT, C) position embedding
-    floatX *ln1w;      // (L, C)
-    floatX *ln1b;      // (L, C)
-    floatX *qkvw;      // (L, 3C, C)
-    floatX *qkvb;      // (L, 3C)
-    floatX *attprojw;  // (L, C, C)
-    floatX *attprojb;  // (L, C)
-    floatX *ln2w;      // (L, C)
-    floatX *ln2b;      // (L, C)
-    floatX *fcw;       // (L, 4C, C)
-    floatX *fcb;       // (L, 4C)
-    floatX *fcprojw;   // (L, C, 4C)
-    floatX *fcprojb;   // (L, C)
-    floatX *lnfw;      // (C)
-    floatX *lnfb;      // (C)
-} ParameterTensors;
+// ----------------------------------------------------------------------------------------
+// The tensor tables. Each arena's tensors are listed once, here, as an X-macro; the struct
+// fields, the sizes, the pointers into the arena, the checkpoint order and the memory report
+// are all expanded from these lists (gpt2.c). A row of a layer (L, ...) is LAYER(...), one
+// tensor for all layers, whose layer l is a view (gpt2_layer_params, gpt2_layer_acts); any
+// other is ONE(...). Shapes are in element counts of the local names of the expanding function.
 
-// Activations of one forward pass at batch B and length T (N = B*T), kept for backward.
-// Sized for the largest (B, T) seen; smaller batches reuse the same memory.
-typedef struct {
-    floatX *encoded;    // (N, C)            token + position embedding
-    floatX *ln1;        // (L, N, C)
-    float *ln1_mean;    // (L, N)
-    float *ln1_rstd;    // (L, N)
-    floatX *qkv;        // (L, N, 3C)
-    floatX *atty;       // (L, N, C)         attention output
-    void *att_saved;    // (L, attention_saved_size)   naive: P; flash: logsumexp
-    floatX *residual2;  // (L, N, C)
-    floatX *ln2;        // (L, N, C)
-    float *ln2_mean;    // (L, N)
-    float *ln2_rstd;    // (L, N)
-    floatX *fch;        // (L, N, 4C)
-    floatX *fch_gelu;   // (L, N, 4C)
-    floatX *residual3;  // (L, N, C)
-    floatX *lnf;        // (N, C)
-    float *lnf_mean;    // (N)
-    float *lnf_rstd;    // (N)
-    floatX *logits;     // (N, Vp)           overwritten by dlogits in training
-    float *losses;      // (N)
-    int *inputs;        // (N)
-    int *targets;       // (N)
-    // scratch, shared by all layers: the projections' outputs in forward (before the
-    // residual add) and the activation gradients in backward, one layer at a time
-    floatX *scratch_c;  // (N, C)
-    floatX *scratch_3c; // (N, 3C)
-    floatX *scratch_4c; // (N, 4C)
-    floatX *dresidual;  // (N, C)            gradient of the residual stream
-    void *att_scratch;  // attention_scratch_size
-} ActivationTensors;
-#define NUM_ACTIVATION_TENSORS 26
+// Parameters, in llm.c's checkpoint order (model files stay byte-compatible with llm.c), one
+// contiguous arena: X(name, elements [per layer], decay, init). decay: AdamW weight decay,
+// the 2-D weight matrices only. init (gpt2_init_random): N(0, 0.02); residual projections
+// N(0, 0.02/sqrt(2L)); the token embedding N(0, 0.02) on its real rows, its padding rows 0;
+// ones; zeros.
+#define GPT2_PARAMETERS(ONE, LAYER)                                                  \
+    ONE(wte, Vp * C, 1, INIT_EMBEDDING)   /* (Vp, C) token embedding, tied LM head */ \
+    ONE(wpe, maxT * C, 1, INIT_NORMAL)    /* (maxT, C) position embedding */          \
+    LAYER(ln1w, C, 0, INIT_ONES)          /* (L, C) */                                \
+    LAYER(ln1b, C, 0, INIT_ZEROS)         /* (L, C) */                                \
+    LAYER(qkvw, 3 * C * C, 1, INIT_NORMAL) /* (L, 3C, C) */                           \
+    LAYER(qkvb, 3 * C, 0, INIT_ZEROS)     /* (L, 3C) */                               \
+    LAYER(attprojw, C * C, 1, INIT_RESIDUAL) /* (L, C, C) */                          \
+    LAYER(attprojb, C, 0, INIT_ZEROS)     /* (L, C) */                                \
+    LAYER(ln2w, C, 0, INIT_ONES)          /* (L, C) */                                \
+    LAYER(ln2b, C, 0, INIT_ZEROS)         /* (L, C) */                                \
+    LAYER(fcw, 4 * C * C, 1, INIT_NORMAL) /* (L, 4C, C) */                            \
+    LAYER(fcb, 4 * C, 0, INIT_ZEROS)      /* (L, 4C) */                               \
+    LAYER(fcprojw, C * 4 * C, 1, INIT_RESIDUAL) /* (L, C, 4C) */                      \
+    LAYER(fcprojb, C, 0, INIT_ZEROS)      /* (L, C) */                                \
+    ONE(lnfw, C, 0, INIT_ONES)            /* (C) */                                   \
+    ONE(lnfb, C, 0, INIT_ZEROS)           /* (C) */
+
+// Activations of one forward pass at batch B and length T (N = B*T), kept for backward, one
+// arena with every tensor on a 256-byte boundary: X(name, type, elements [per layer]).
+// Sized for the largest (B, T) seen; smaller batches reuse the same memory. char rows are
+// bytes whose layout belongs to the layer that uses them.
+#define GPT2_ACTIVATIONS(ONE, LAYER)                                                        \
+    ONE(encoded, floatX, N * C)        /* (N, C) token + position embedding */               \
+    LAYER(ln1, floatX, N * C)          /* (L, N, C) */                                       \
+    LAYER(ln1_mean, float, N)          /* (L, N) */                                          \
+    LAYER(ln1_rstd, float, N)          /* (L, N) */                                          \
+    LAYER(qkv, floatX, N * 3 * C)      /* (L, N, 3C) */                                      \
+    LAYER(atty, floatX, N * C)         /* (L, N, C) attention output */                      \
+    LAYER(att_saved, char, attention_saved_size(B, T, NH, HS)) /* naive: P; flash: lse */    \
+    LAYER(residual2, floatX, N * C)    /* (L, N, C) */                                       \
+    LAYER(ln2, floatX, N * C)          /* (L, N, C) */                                       \
+    LAYER(ln2_mean, float, N)          /* (L, N) */                                          \
+    LAYER(ln2_rstd, float, N)          /* (L, N) */                                          \
+    LAYER(fch, floatX, N * 4 * C)      /* (L, N, 4C) */                                      \
+    LAYER(fch_gelu, floatX, N * 4 * C) /* (L, N, 4C) */                                      \
+    LAYER(residual3, floatX, N * C)    /* (L, N, C) */                                       \
+    ONE(lnf, floatX, N * C)            /* (N, C) */                                          \
+    ONE(lnf_mean, float, N)            /* (N) */                                             \
+    ONE(lnf_rstd, float, N)            /* (N) */                                             \
+    ONE(logits, floatX, N * Vp)        /* (N, Vp) overwritten by dlogits in training */      \
+    ONE(losses, float, N)              /* (N) */                                             \
+    ONE(inputs, int, N)                /* (N) */                                             \
+    ONE(targets, int, N)               /* (N) */                                             \
+    /* shared by all layers, one layer at a time: the projections' outputs in forward       \
+       (before the residual add) and the activation gradients in backward */                \
+    ONE(scratch_c, floatX, N * C)      /* (N, C) */                                          \
+    ONE(scratch_3c, floatX, N * 3 * C) /* (N, 3C) */                                         \
+    ONE(scratch_4c, floatX, N * 4 * C) /* (N, 4C) */                                         \
+    ONE(dresidual, floatX, N * C)      /* (N, C) gradient of the residual stream */          \
+    /* the layers' temporary space (layers.h, attention.h: *_scratch_size) */                \
+    ONE(att_scratch, char, attention_scratch_size(B, T, NH, HS))                             \
+    ONE(layernorm_scratch, char, layernorm_backward_scratch_size(N, C))                      \
+    ONE(matmul_scratch, char, matmul_scratch_bytes(N, C))                                    \
+    ONE(encoder_scratch, char, encoder_backward_scratch_size(B, T))
+
+// the fields of an X-macro row, and the rows' indices
+#define GPT2_PARAM_FIELD(name, ...) floatX *name;
+#define GPT2_ACT_FIELD(name, type, ...) type *name;
+#define GPT2_PARAM_INDEX(name, ...) PARAM_##name,
+#define GPT2_ACT_INDEX(name, ...) ACT_##name,
+#define GPT2_NOTHING(...)
+
+typedef struct { GPT2_PARAMETERS(GPT2_PARAM_FIELD, GPT2_PARAM_FIELD) } ParameterTensors;
+// one layer's parameters: views into the (L, ...) tensors
+typedef struct { GPT2_PARAMETERS(GPT2_NOTHING, GPT2_PARAM_FIELD) } LayerParams;
+// layer l's parameters (or gradients) of a model of C channels: views into the tensors of t
+LayerParams gpt2_layer_params(const ParameterTensors *t, size_t C, int l);
+enum { GPT2_PARAMETERS(GPT2_PARAM_INDEX, GPT2_PARAM_INDEX) NUM_PARAMETER_TENSORS };
+
+typedef struct { GPT2_ACTIVATIONS(GPT2_ACT_FIELD, GPT2_ACT_FIELD) } ActivationTensors;
+typedef struct { GPT2_ACTIVATIONS(GPT2_NOTHING, GPT2_ACT_FIELD) } LayerActs;
+// layer l's activations of a pass of (B, T): views into the (L, ...) tensors of a
+LayerActs gpt2_layer_acts(const ActivationTensors *a, GPT2Config c, int B, int T, int l);
+enum { GPT2_ACTIVATIONS(GPT2_ACT_INDEX, GPT2_ACT_INDEX) NUM_ACTIVATION_TENSORS };
 
 typedef struct {
     GPT2Config config;
@@ -106,6 +139,13 @@ typedef struct {
     int last_B, last_T;      // the (B, T) of the last forward pass
     float *host_losses;      // (act_B * act_T) host copy of losses
 } GPT2;
+
+// Arenas (gpt2.c, used by gpt2_decode.c too): n tensors of bytes[i] bytes each in one
+// device allocation, each on a 256-byte boundary (vector loads, cuBLASLt). arena_alloc sets
+// offsets[i] (bytes from the start) and returns the allocation; arena_print writes one row
+// per tensor, then the total, which it returns.
+char *arena_alloc(size_t *offsets, const size_t *bytes, int n, const char *what);
+double arena_print(const char *const *names, const size_t *bytes, int n);
 
 // "d12" (GPT-2 124M: L=12, NH=12, C=768), "d24", "d36", "d48", or any "dN": L=N, NH=N,
 // C=64N. Returns 0 on success, -1 when the name is not of that form.
@@ -160,28 +200,34 @@ void gpt2_print_memory(const GPT2 *model);
 // attention_decode against the cache. The B sequences advance together, at one position.
 // The step's activations are small buffers of their own, beside the cache, in one arena.
 
-#define NUM_DECODE_TENSORS 16
+// The cache and the decode step's tensors, one arena (256-byte aligned): X(name, type,
+// elements). The step's tensors are reused by every layer (C = NH * HS).
+#define GPT2_DECODE_TENSORS(X)                                                               \
+    X(k, floatX, L * B * maxT * C)  /* (L, B, maxT, NH, HS) key cache */                     \
+    X(v, floatX, L * B * maxT * C)  /* (L, B, maxT, NH, HS) value cache */                   \
+    X(inputs, int, B + 2)           /* tokens, then the position and the length (pos + 1) */ \
+    X(x, floatX, B * C)             /* (B, C) residual stream into the layer */              \
+    X(x2, floatX, B * C)            /* (B, C) residual stream after the attention block */   \
+    X(ln, floatX, B * C)            /* (B, C) layernorm output */                            \
+    X(ln_mean, float, B)            /* (B) */                                                \
+    X(ln_rstd, float, B)            /* (B) */                                                \
+    X(qkv, floatX, B * 3 * C)       /* (B, 3C) the new token's query, key and value */       \
+    X(q, floatX, B * C)             /* (B, C) its query alone (k and v go to the cache) */   \
+    X(atty, floatX, B * C)          /* (B, C) attention output */                            \
+    X(proj, floatX, B * C)          /* (B, C) a projection's output, before the residual */  \
+    X(fch, floatX, B * 4 * C)       /* (B, 4C) */                                            \
+    X(fch_gelu, floatX, B * 4 * C)  /* (B, 4C) */                                            \
+    X(logits, floatX, B * Vp)       /* (B, Vp) logits of the last position */                \
+    X(argmax, int, B)               /* (B) */                                                \
+    X(att_scratch, char, attention_decode_scratch_size(B, maxT, NH, HS))
+#define GPT2_DECODE_INDEX(name, ...) DECODE_##name,
+enum { GPT2_DECODE_TENSORS(GPT2_DECODE_INDEX) NUM_DECODE_TENSORS };
+
 typedef struct {
     int L, B, maxT, NH, HS;  // maxT positions of B sequences, for L layers of NH heads of HS
     int V, Vp;               // the model's vocabulary and padded vocabulary
     int len;                 // positions filled so far (the same for every sequence)
-    floatX *k;               // (L, B, maxT, NH, HS)
-    floatX *v;               // (L, B, maxT, NH, HS)
-    // the decode step, reused by every layer (C = NH * HS)
-    int *inputs;             // (B + 2) tokens, then the position and the length (position + 1)
-    floatX *x;               // (B, C)   residual stream into the layer
-    floatX *x2;              // (B, C)   residual stream after the attention block
-    floatX *ln;              // (B, C)   layernorm output
-    float *ln_mean;          // (B)
-    float *ln_rstd;          // (B)
-    floatX *qkv;             // (B, 3C)  the new token's query, key and value
-    floatX *q;               // (B, C)   its query alone (the key and value go to the cache)
-    floatX *atty;            // (B, C)   attention output
-    floatX *proj;            // (B, C)   output of a projection, before the residual add
-    floatX *fch;             // (B, 4C)
-    floatX *fch_gelu;        // (B, 4C)
-    floatX *logits;          // (B, Vp)  logits of the last position (prefill or step)
-    int *argmax;             // (B)
+    GPT2_DECODE_TENSORS(GPT2_ACT_FIELD)
     size_t bytes[NUM_DECODE_TENSORS];
     void *memory;
     DeviceGraph *graph;      // the decode step's layers, replayed (CUDA graph)

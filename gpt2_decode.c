@@ -13,35 +13,11 @@
 #include <string.h>
 
 // ----------------------------------------------------------------------------------------
-// the cache and the decode step's activations: every tensor and its size in bytes
+// the cache and the decode step's activations (gpt2.h: GPT2_DECODE_TENSORS)
 
-static const char *const decode_names[NUM_DECODE_TENSORS] = {
-    "k cache", "v cache", "inputs", "x", "x2", "ln", "ln_mean", "ln_rstd",
-    "qkv", "q", "atty", "proj", "fch", "fch_gelu", "logits", "argmax"};
-
-static void decode_sizes(size_t bytes[NUM_DECODE_TENSORS], GPT2Config c, int B, int maxT) {
-    size_t C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
-    size_t X = sizeof(floatX), F = sizeof(float);
-    bytes[0] = L * B * maxT * C * X;     // k cache
-    bytes[1] = L * B * maxT * C * X;     // v cache
-    bytes[2] = (B + 2) * sizeof(int);    // inputs
-    bytes[3] = B * C * X;                // x
-    bytes[4] = B * C * X;                // x2
-    bytes[5] = B * C * X;                // ln
-    bytes[6] = B * F;                    // ln_mean
-    bytes[7] = B * F;                    // ln_rstd
-    bytes[8] = B * 3 * C * X;            // qkv
-    bytes[9] = B * C * X;                // q
-    bytes[10] = B * C * X;               // atty
-    bytes[11] = B * C * X;               // proj
-    bytes[12] = B * 4 * C * X;           // fch
-    bytes[13] = B * 4 * C * X;           // fch_gelu
-    bytes[14] = B * Vp * X;              // logits
-    bytes[15] = B * sizeof(int);         // argmax
-}
-
-#define DECODE_ALIGN 256   // every tensor on a 256-byte boundary (16-byte loads, cuBLASLt)
-static size_t align_up(size_t n) { return (n + DECODE_ALIGN - 1) / DECODE_ALIGN * DECODE_ALIGN; }
+#define DECODE_NAME(name, ...) #name,
+static const char *const decode_names[NUM_DECODE_TENSORS] = {GPT2_DECODE_TENSORS(DECODE_NAME)};
+#undef DECODE_NAME
 
 void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
     GPT2Config c = model->config;
@@ -56,21 +32,19 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
     cache->HS = c.channels / c.num_heads;
     cache->V = c.vocab_size;
     cache->Vp = c.padded_vocab_size;
-    decode_sizes(cache->bytes, c, B, maxT);
-    size_t total = 0;
-    for (int i = 0; i < NUM_DECODE_TENSORS; i++) total += align_up(cache->bytes[i]);
-    cache->memory = dev_malloc(total, "KV cache and decode activations");
-    void **ptrs[NUM_DECODE_TENSORS] = {
-        (void **)&cache->k, (void **)&cache->v, (void **)&cache->inputs, (void **)&cache->x,
-        (void **)&cache->x2, (void **)&cache->ln, (void **)&cache->ln_mean,
-        (void **)&cache->ln_rstd, (void **)&cache->qkv, (void **)&cache->q, (void **)&cache->atty,
-        (void **)&cache->proj, (void **)&cache->fch, (void **)&cache->fch_gelu,
-        (void **)&cache->logits, (void **)&cache->argmax};
-    char *p = cache->memory;
-    for (int i = 0; i < NUM_DECODE_TENSORS; i++) {
-        *ptrs[i] = p;
-        p += align_up(cache->bytes[i]);
-    }
+    // the local names the table's shapes are written in
+    size_t L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size;
+    int NH = cache->NH, HS = cache->HS;
+#define SIZE(name, type, elements) cache->bytes[DECODE_##name] = (elements) * sizeof(type);
+    GPT2_DECODE_TENSORS(SIZE)
+#undef SIZE
+    size_t offsets[NUM_DECODE_TENSORS];
+    char *base = arena_alloc(offsets, cache->bytes, NUM_DECODE_TENSORS,
+                             "KV cache and decode activations");
+    cache->memory = base;
+#define POINT(name, type, ...) cache->name = (type *)(base + offsets[DECODE_##name]);
+    GPT2_DECODE_TENSORS(POINT)
+#undef POINT
 }
 
 void kv_cache_free(KVCache *cache) {
@@ -81,13 +55,8 @@ void kv_cache_free(KVCache *cache) {
 
 void kv_cache_print_memory(const KVCache *cache) {
     char buf[32];
-    double total = 0.0;
     printf("KV cache and decode step (B=%d, maxT=%d, %s):\n", cache->B, cache->maxT, FLOATX_NAME);
-    for (int i = 0; i < NUM_DECODE_TENSORS; i++) {
-        format_bytes(buf, sizeof(buf), (double)cache->bytes[i]);
-        printf("  %-12s %27s\n", decode_names[i], buf);
-        total += align_up(cache->bytes[i]);
-    }
+    double total = arena_print(decode_names, cache->bytes, NUM_DECODE_TENSORS);
     format_bytes(buf, sizeof(buf), total);
     printf("  total: %s\n", buf);
 }
@@ -109,11 +78,11 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
         die("a prompt of %d tokens does not fit a KV cache of %d positions", T, cache->maxT);
     gpt2_forward(model, tokens, NULL, Bp, T);   // checks the token ids
 
-    int C = model->config.channels, N = Bp * T, Vp = cache->Vp;
+    int C = model->config.channels, Vp = cache->Vp;
     size_t layer_stride = (size_t)cache->B * cache->maxT * C;   // one layer of the cache
     upload_position(cache, 0);
     for (int l = 0; l < cache->L; l++) {
-        const floatX *qkv = model->acts.qkv + (size_t)l * N * 3 * C;   // (Bp, T, 3, NH, HS)
+        const floatX *qkv = gpt2_layer_acts(&model->acts, model->config, Bp, T, l).qkv;   // (Bp, T, 3C)
         floatX *k = cache->k + l * layer_stride, *v = cache->v + l * layer_stride;
         if (Bp == cache->B) {
             kv_cache_store(k, v, NULL, qkv, cache->inputs + cache->B, Bp, T, cache->maxT,
@@ -155,21 +124,21 @@ static void decode_layers(void *arg) {
     size_t layer_stride = (size_t)B * maxT * C;
     const int *pos = d->inputs + B, *len = d->inputs + B + 1;
     for (int l = 0; l < L; l++) {
+        LayerParams w = gpt2_layer_params(&p, C, l);
         floatX *kcache = d->k + l * layer_stride, *vcache = d->v + l * layer_stride;
         // attention block: x2 = x + attproj(attention(q, cache + (k, v))), q, k, v of ln1(x);
         // k and v go into the cache before the attention, so the token attends to itself
-        layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x, p.ln1w + l * C, p.ln1b + l * C, B, C);
-        matmul_forward(d->qkv, d->ln, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, B, C, 3 * C);
+        layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x, w.ln1w, w.ln1b, B, C);
+        matmul_forward(d->qkv, d->ln, w.qkvw, w.qkvb, B, C, 3 * C);
         kv_cache_store(kcache, vcache, d->q, d->qkv, pos, B, 1, maxT, NH, HS);
-        attention_decode_dev(d->atty, d->q, kcache, vcache, len, B, maxT, NH, HS);
-        matmul_forward(d->proj, d->atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, B, C, C);
+        attention_decode_dev(d->atty, d->att_scratch, d->q, kcache, vcache, len, B, maxT, NH, HS);
+        matmul_forward(d->proj, d->atty, w.attprojw, w.attprojb, B, C, C);
         residual_forward(d->x2, d->x, d->proj, (size_t)B * C);
         // MLP block: x = x2 + fcproj(gelu(fc(ln2(x2))))
-        layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x2, p.ln2w + l * C, p.ln2b + l * C, B, C);
-        matmul_forward(d->fch, d->ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, B, C, 4 * C);
+        layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x2, w.ln2w, w.ln2b, B, C);
+        matmul_forward(d->fch, d->ln, w.fcw, w.fcb, B, C, 4 * C);
         gelu_forward(d->fch_gelu, d->fch, (size_t)B * 4 * C);
-        matmul_forward(d->proj, d->fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C,
-                       B, 4 * C, C);
+        matmul_forward(d->proj, d->fch_gelu, w.fcprojw, w.fcprojb, B, 4 * C, C);
         residual_forward(d->x, d->x2, d->proj, (size_t)B * C);
     }
     layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x, p.lnfw, p.lnfb, B, C);

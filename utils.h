@@ -1,11 +1,16 @@
 // utils.h: small host-side helpers shared by every program: fatal errors, checked file I/O,
 // atomic file writes. Every failure ends the program with a message naming the file.
+// C, and usable from CUDA sources (host code) as well.
 #ifndef UTILS_H
 #define UTILS_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 // print "error: <message>\n" to stderr and exit(1)
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -41,4 +46,7 @@ double parse_double(const char *flag, const char *text, double lo, double hi);
 double wall_seconds(void);               // monotonic clock
 void format_bytes(char *buf, size_t n, double bytes);   // "123.4 MiB"
 
+#ifdef __cplusplus
+}
+#endif
 #endif

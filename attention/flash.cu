@@ -755,8 +755,7 @@ void set_smem_limit(Kernel kernel, size_t bytes, bool *done) {
 }
 
 [[noreturn]] void unsupported_head_size(int HS) {
-    fprintf(stderr, "error: flash attention supports head sizes 64 and 128, not %d\n", HS);
-    exit(1);
+    die("flash attention supports head sizes 64 and 128, not %d", HS);
 }
 
 template <int HS, int WARP_ROWS>

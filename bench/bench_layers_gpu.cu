@@ -130,15 +130,25 @@ static void bench_batch(int B) {
     }
     int *tokens = (int *)dev_malloc(N * sizeof(int), "tokens");
     dev_upload(tokens, host_tokens.data(), N * sizeof(int));
+    // the layers' scratch, one buffer for all as the model's arena gives them
+    size_t scratch_bytes = encoder_backward_scratch_size(B, T);
+    if (layernorm_backward_scratch_size(N, C) > scratch_bytes)
+        scratch_bytes = layernorm_backward_scratch_size(N, C);
+    for (int oc : {C, 3 * C, 4 * C})
+        if (matmul_backward_scratch_size(N, oc) > scratch_bytes)
+            scratch_bytes = matmul_backward_scratch_size(N, oc);
+    void *layer_scratch = dev_malloc(scratch_bytes, "layer scratch");
 
     add("encoder_forward", 1, 2.0 * NC * 2 + 4.0 * N, 0,
         time_ms([&] { encoder_forward(x, tokens, wte, wpe, B, T, C); }));
     add("encoder_backward", 1, 3.0 * NC * 2 + 4.0 * N, 0,
-        time_ms([&] { encoder_backward(dwte, dwpe, dx, tokens, B, T, C); }));
+        time_ms([&] { encoder_backward(dwte, dwpe, layer_scratch, dx, tokens, B, T, C); }));
     add("layernorm_forward", 2 * L + 1, 2.0 * NC * 2 + 8.0 * N, 0,
         time_ms([&] { layernorm_forward(y, mean, rstd, x, lnw, lnb, N, C); }));
     add("layernorm_backward", 2 * L + 1, 4.0 * NC * 2 + 8.0 * N, 0,
-        time_ms([&] { layernorm_backward(dx, dw, dbias, dy, x, lnw, mean, rstd, N, C); }));
+        time_ms([&] {
+            layernorm_backward(dx, dw, dbias, layer_scratch, dy, x, lnw, mean, rstd, N, C);
+        }));
 
     struct { const char *fwd, *bwd; int in, out; bool has_bias; int per_step; floatX *inp, *outp; } mm[] = {
         {"matmul_forward qkv", "matmul_backward qkv", C, 3 * C, true, L, y, qkv},
@@ -158,8 +168,8 @@ static void bench_batch(int B) {
         floatX *dout = m.out == Vp ? logits : m.out == 4 * C ? dh : m.out == 3 * C ? dqkv : dy;
         floatX *dinp = m.in == 4 * C ? dh : dx;
         add(m.bwd, m.per_step, 0, 2 * flops, time_ms([&] {
-                matmul_backward(dinp, dweight, m.has_bias ? dbias : NULL, dout, m.inp, weight, N,
-                                m.in, m.out);
+                matmul_backward(dinp, dweight, m.has_bias ? dbias : NULL, layer_scratch, dout,
+                                m.inp, weight, N, m.in, m.out);
             }));
     }
 
@@ -231,6 +241,7 @@ static void bench_batch(int B) {
     dev_free(h); dev_free(hg); dev_free(dh); dev_free(logits); dev_free(mean); dev_free(rstd);
     dev_free(losses); dev_free(wte); dev_free(wpe); dev_free(dwte); dev_free(dwpe); dev_free(w);
     dev_free(dw); dev_free(bias); dev_free(dbias); dev_free(lnw); dev_free(lnb); dev_free(tokens);
+    dev_free(layer_scratch);
 }
 
 int main(int argc, char **argv) {

@@ -20,9 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-extern "C" {
 #include "../utils.h"
-}
 
 static struct {
     int rank, world;
@@ -31,10 +29,8 @@ static struct {
 } comm = {0, 1, NULL, NULL};
 
 static void nccl_fail(ncclResult_t result, const char *what, const char *file, int line) {
-    fflush(stdout);
-    fprintf(stderr, "NCCL error at %s:%d (rank %d of %d): %s: %s. %s\n", file, line, comm.rank,
-            comm.world, what, ncclGetErrorString(result), ncclGetLastError(comm.nccl));
-    exit(1);
+    die("NCCL error at %s:%d (rank %d of %d): %s: %s. %s", file, line, comm.rank, comm.world,
+        what, ncclGetErrorString(result), ncclGetLastError(comm.nccl));
 }
 #define NCCL_CHECK(call)                                                          \
     do {                                                                          \

@@ -1,5 +1,5 @@
 // cuda_common.cuh: what every CUDA source of the project shares: error checks that name the
-// file and line, the one stream and cuBLAS handles, and bf16 helpers.
+// file and line (through die, utils.h), the one stream and cuBLAS handles, and bf16 helpers.
 #pragma once
 
 #include <cublasLt.h>
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../utils.h"
 #include "layers.h"
 
 // storage type of floatX inside kernels (layers.h spells it uint16_t for the C side)
@@ -16,8 +17,8 @@ typedef __nv_bfloat16 bf16;
 #define BF(p) (reinterpret_cast<bf16 *>(p))
 #define CBF(p) (reinterpret_cast<const bf16 *>(p))
 
-void cuda_fail(cudaError_t err, const char *what, const char *file, int line);
-void cublas_fail(cublasStatus_t status, const char *what, const char *file, int line);
+[[noreturn]] void cuda_fail(cudaError_t err, const char *what, const char *file, int line);
+[[noreturn]] void cublas_fail(cublasStatus_t status, const char *what, const char *file, int line);
 // every CUDA runtime call: CUDA_CHECK(cudaMemcpy(...));
 #define CUDA_CHECK(call)                                                     \
     do {                                                                     \
@@ -40,6 +41,9 @@ extern cublasLtHandle_t cublaslt_handle;
 extern void *cublaslt_workspace;          // for cuBLASLt heuristics, cublaslt_workspace_size bytes
 extern size_t cublaslt_workspace_size;
 extern int cuda_num_sms;
+// backend_init, or die: for what needs the device set up (dev_malloc, the *_scratch_size
+// functions, which size launches by cuda_num_sms)
+void ensure_backend(void);
 
 static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 

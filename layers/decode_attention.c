@@ -18,9 +18,11 @@ static inline float dot(const float *a, const float *b, int n) {
     return sum;
 }
 
+size_t attention_decode_scratch_size(int B, int maxT, int NH, int HS) { return 0; }
+
 // out (B, NH, HS), q (B, NH, HS); kcache, vcache (B, maxT, NH, HS), positions 0..len-1 read
-void attention_decode(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
-                      int B, int len, int maxT, int NH, int HS) {
+void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
+                      const floatX *vcache, int B, int len, int maxT, int NH, int HS) {
     if (len < 1 || len > maxT) die("attention_decode: length %d outside [1, %d]", len, maxT);
     const int C = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -53,9 +55,9 @@ void attention_decode(floatX *out, const floatX *q, const floatX *kcache, const 
 }
 
 // as attention_decode, len (1) in "device" memory, which on the CPU is host memory
-void attention_decode_dev(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
-                          const int *len, int B, int maxT, int NH, int HS) {
-    attention_decode(out, q, kcache, vcache, B, *len, maxT, NH, HS);
+void attention_decode_dev(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
+                          const floatX *vcache, const int *len, int B, int maxT, int NH, int HS) {
+    attention_decode(out, scratch, q, kcache, vcache, B, *len, maxT, NH, HS);
 }
 
 // kcache, vcache (B, maxT, NH, HS) rows pos..pos+T-1 = k, v of qkv (B, T, 3, NH, HS);

@@ -17,8 +17,8 @@
 // The layout (split_len, splits) depends on the span the cache may hold (len for
 // attention_decode, maxT for attention_decode_dev): enough blocks to cover the SMs a few times,
 // at least kMinSplitKeys positions each. Blocks past len return at once, so one layout serves
-// every position of a CUDA graph. Partial results live in a scratch buffer owned by this file,
-// grown on the first call at a larger shape (never inside a graph capture, never freed).
+// every position of a CUDA graph. Partial results live in the caller's scratch
+// (attention_decode_scratch_size), sized for the longest span, maxT.
 #include <math.h>
 
 #include "cuda_common.cuh"
@@ -31,9 +31,6 @@ constexpr int kRows = 4;             // cache rows a group loads at once
 constexpr int kCombineThreads = 128;
 constexpr int kMinSplitKeys = 64;    // positions per split at least: one round at HS = 64
 constexpr int kBlocksPerSM = 4;      // blocks wanted per SM when B*NH alone is too few
-
-float *partial = nullptr;            // (B, NH, splits, HS + 2): acc (HS), m, l
-size_t partial_floats = 0;
 
 // G lanes per cache row, 8 channels each; kRows rows per group per round
 template <int G>
@@ -172,43 +169,31 @@ __global__ void __launch_bounds__(kCombineThreads)
     }
 }
 
-// splits of the span [0, span) for B*NH heads: (split_len, splits)
-void decode_layout(int B, int NH, int span, int *split_len, int *splits) {
+// the most splits of a span for B*NH heads: enough blocks to cover the SMs kBlocksPerSM
+// times, at least kMinSplitKeys positions each. It never decreases with span.
+int max_splits(int B, int NH, int span) {
     const int wanted = ceil_div((long)kBlocksPerSM * cuda_num_sms, (long)B * NH);
     const int most = ceil_div(span, kMinSplitKeys);
-    const int n = wanted < 1 ? 1 : wanted > most ? most : wanted;
+    return wanted < 1 ? 1 : wanted > most ? most : wanted;
+}
+
+// splits of the span [0, span) for B*NH heads: (split_len, splits), splits <= max_splits
+void decode_layout(int B, int NH, int span, int *split_len, int *splits) {
+    const int n = max_splits(B, NH, span);
     *split_len = ceil_div(ceil_div(span, n), 16) * 16;
     *splits = ceil_div(span, *split_len);
 }
 
-// A superseded buffer is not freed: a CUDA graph captured earlier may still write into it.
-// Growth is geometric and the buffers are small (B * NH * splits * (HS + 2) floats: 50 KiB
-// for GPT-2 at batch 1), so the few left behind cost little.
-void ensure_partial(size_t floats) {
-    if (floats <= partial_floats) return;
-    cudaStreamCaptureStatus capturing;
-    CUDA_CHECK(cudaStreamIsCapturing(cuda_stream, &capturing));
-    if (capturing != cudaStreamCaptureStatusNone) {
-        fprintf(stderr, "error: attention_decode: scratch must grow inside a CUDA graph capture "
-                        "(run the step once before capturing it)\n");
-        exit(1);
-    }
-    if (floats < 2 * partial_floats) floats = 2 * partial_floats;
-    partial = (float *)dev_malloc(floats * sizeof(float), "attention_decode partial results");
-    partial_floats = floats;
-}
-
-void decode(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
-            const int *len_dev, int len_host, int span, int B, int maxT, int NH, int HS) {
+// partial (B, NH, splits, HS + 2): acc (HS), m, l of each split, in the caller's scratch
+void decode(floatX *out, float *partial, const floatX *q, const floatX *kcache,
+            const floatX *vcache, const int *len_dev, int len_host, int span, int B, int maxT,
+            int NH, int HS) {
     if (HS % 8 != 0 || HS > 256 || !is_aligned16(q) || !is_aligned16(kcache) ||
-        !is_aligned16(vcache)) {
-        fprintf(stderr, "error: attention_decode needs a head size that is a multiple of 8, at "
-                        "most 256 (got %d), and 16-byte aligned q and caches\n", HS);
-        exit(1);
-    }
+        !is_aligned16(vcache))
+        die("attention_decode needs a head size that is a multiple of 8, at most 256 (got %d), "
+            "and 16-byte aligned q and caches", HS);
     int split_len, splits;
     decode_layout(B, NH, span, &split_len, &splits);
-    ensure_partial((size_t)B * NH * splits * (HS + 2));
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     const dim3 grid(splits, NH, B);
     const int groups = HS / 8;   // lanes per row, rounded up to a power of two below
@@ -258,18 +243,21 @@ __global__ void kv_cache_store_kernel(bf16 *__restrict__ kcache, bf16 *__restric
 
 }  // namespace
 
-void attention_decode(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
-                      int B, int len, int maxT, int NH, int HS) {
-    if (len < 1 || len > maxT) {
-        fprintf(stderr, "error: attention_decode: length %d outside [1, %d]\n", len, maxT);
-        exit(1);
-    }
-    decode(out, q, kcache, vcache, nullptr, len, len, B, maxT, NH, HS);
+// splits <= max_splits(maxT) for every span <= maxT
+size_t attention_decode_scratch_size(int B, int maxT, int NH, int HS) {
+    ensure_backend();
+    return (size_t)B * NH * max_splits(B, NH, maxT) * (HS + 2) * sizeof(float);
 }
 
-void attention_decode_dev(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
-                          const int *len, int B, int maxT, int NH, int HS) {
-    decode(out, q, kcache, vcache, len, 0, maxT, B, maxT, NH, HS);
+void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
+                      const floatX *vcache, int B, int len, int maxT, int NH, int HS) {
+    if (len < 1 || len > maxT) die("attention_decode: length %d outside [1, %d]", len, maxT);
+    decode(out, (float *)scratch, q, kcache, vcache, nullptr, len, len, B, maxT, NH, HS);
+}
+
+void attention_decode_dev(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
+                          const floatX *vcache, const int *len, int B, int maxT, int NH, int HS) {
+    decode(out, (float *)scratch, q, kcache, vcache, len, 0, maxT, B, maxT, NH, HS);
 }
 
 void kv_cache_store(floatX *kcache, floatX *vcache, floatX *q, const floatX *qkv,

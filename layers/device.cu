@@ -17,16 +17,11 @@ static int backend_ready = 0;
 static cudaDeviceProp device_prop;
 
 void cuda_fail(cudaError_t err, const char *what, const char *file, int line) {
-    fflush(stdout);
-    fprintf(stderr, "CUDA error at %s:%d: %s: %s\n", file, line, what, cudaGetErrorString(err));
-    exit(1);
+    die("CUDA error at %s:%d: %s: %s", file, line, what, cudaGetErrorString(err));
 }
 
 void cublas_fail(cublasStatus_t status, const char *what, const char *file, int line) {
-    fflush(stdout);
-    fprintf(stderr, "cuBLAS error at %s:%d: %s: %s\n", file, line, what,
-            cublasGetStatusString(status));
-    exit(1);
+    die("cuBLAS error at %s:%d: %s: %s", file, line, what, cublasGetStatusString(status));
 }
 
 const char *backend_name(void) { return "cuda"; }
@@ -69,6 +64,8 @@ void backend_describe(char *buf, size_t n) {
              device_prop.major, device_prop.minor);
 }
 
+size_t backend_workspace_size(void) { return cublaslt_workspace_size; }
+
 size_t device_memory_total(void) {
     if (backend_init() != 0) return 0;
     return device_prop.totalGlobalMem;
@@ -85,11 +82,8 @@ static Allocation *allocations = NULL;
 static int allocations_count = 0, allocations_capacity = 0;
 static size_t bytes_in_use = 0, bytes_peak = 0;
 
-static void ensure_backend(void) {
-    if (backend_init() != 0) {
-        fprintf(stderr, "error: the CUDA backend needs a GPU\n");
-        exit(1);
-    }
+void ensure_backend(void) {
+    if (backend_init() != 0) die("the CUDA backend needs a GPU");
 }
 
 void *dev_malloc(size_t bytes, const char *what) {
@@ -101,22 +95,15 @@ void *dev_malloc(size_t bytes, const char *what) {
         size_t free_bytes = 0, total_bytes = 0;
         cudaMemGetInfo(&free_bytes, &total_bytes);
         const double MiB = 1048576.0;
-        fflush(stdout);
-        fprintf(stderr,
-                "error: out of GPU memory: %s needs %.1f MiB, but the GPU has %.1f MiB free of "
-                "%.1f MiB (%.1f MiB already allocated by this program).\n"
-                "Try a smaller batch size (-b).\n",
-                what, bytes / MiB, free_bytes / MiB, total_bytes / MiB, bytes_in_use / MiB);
-        exit(1);
+        die("out of GPU memory: %s needs %.1f MiB, but the GPU has %.1f MiB free of %.1f MiB "
+            "(%.1f MiB already allocated by this program).\nTry a smaller batch size (-b).",
+            what, bytes / MiB, free_bytes / MiB, total_bytes / MiB, bytes_in_use / MiB);
     }
     if (err != cudaSuccess) cuda_fail(err, "cudaMalloc", __FILE__, __LINE__);
     if (allocations_count == allocations_capacity) {
         allocations_capacity = allocations_capacity ? 2 * allocations_capacity : 64;
         allocations = (Allocation *)realloc(allocations, allocations_capacity * sizeof(Allocation));
-        if (!allocations) {
-            fprintf(stderr, "error: out of host memory\n");
-            exit(1);
-        }
+        if (!allocations) die("out of host memory recording %s", what);
     }
     allocations[allocations_count++] = Allocation{p, bytes};
     bytes_in_use += bytes;
@@ -134,8 +121,7 @@ void dev_free(void *p) {
             return;
         }
     }
-    fprintf(stderr, "error: dev_free of %p, which dev_malloc did not allocate\n", p);
-    exit(1);
+    die("dev_free of %p, which dev_malloc did not allocate", p);
 }
 
 size_t dev_bytes_in_use(void) { return bytes_in_use; }
@@ -179,10 +165,7 @@ enum { STAGING_ELEMS = 1 << 22 };   // 8 MiB of bf16 per transfer
 
 void floatX_upload(floatX *dst, const float *src_host, size_t n) {
     bf16 *staging = (bf16 *)malloc(sizeof(bf16) * (n < STAGING_ELEMS ? n : STAGING_ELEMS));
-    if (!staging && n) {
-        fprintf(stderr, "error: out of host memory\n");
-        exit(1);
-    }
+    if (!staging && n) die("out of host memory staging %zu values for the GPU", n);
     for (size_t start = 0; start < n; start += STAGING_ELEMS) {
         size_t count = n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
         for (size_t i = 0; i < count; i++) staging[i] = __float2bfloat16_rn(src_host[start + i]);
@@ -193,10 +176,7 @@ void floatX_upload(floatX *dst, const float *src_host, size_t n) {
 
 void floatX_download(float *dst_host, const floatX *src, size_t n) {
     bf16 *staging = (bf16 *)malloc(sizeof(bf16) * (n < STAGING_ELEMS ? n : STAGING_ELEMS));
-    if (!staging && n) {
-        fprintf(stderr, "error: out of host memory\n");
-        exit(1);
-    }
+    if (!staging && n) die("out of host memory staging %zu values for the GPU", n);
     for (size_t start = 0; start < n; start += STAGING_ELEMS) {
         size_t count = n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
         dev_download(staging, src + start, count * sizeof(bf16));

@@ -31,6 +31,8 @@ size_t device_memory_total(void) {
     return (size_t)pages * (size_t)page_size;
 }
 
+size_t backend_workspace_size(void) { return 0; }
+
 static size_t memory_available(void) {
     long pages = sysconf(_SC_AVPHYS_PAGES);
     long page_size = sysconf(_SC_PAGESIZE);

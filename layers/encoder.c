@@ -19,9 +19,11 @@ void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const fl
     }
 }
 
+size_t encoder_backward_scratch_size(int B, int T) { return 0; }
+
 // dwte (Vp,C) +=, dwpe (maxT,C) +=, dout (B,T,C), tokens (B,T)
-void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int *tokens,
-                      int B, int T, int C) {
+void encoder_backward(floatX *dwte, floatX *dwpe, void *scratch, const floatX *dout,
+                      const int *tokens, int B, int T, int C) {
     int chunks = (C + ENCODER_CHANNEL_CHUNK - 1) / ENCODER_CHANNEL_CHUNK;
     #pragma omp parallel for
     for (int chunk = 0; chunk < chunks; chunk++) {

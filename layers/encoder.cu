@@ -124,28 +124,34 @@ __global__ void encoder_backward_wpe_kernel(bf16 *__restrict__ dwpe, const bf16 
     store_bf16<VEC>(dwpe + (size_t)t * C + c, acc);
 }
 
-// scratch of the sort, grown on demand: keys out, row indices in and out, CUB's temporary space
-static void *sort_scratch = NULL;
-static size_t sort_scratch_bytes = 0;
-
+// The scratch of the sort (the caller's, encoder_backward_scratch_size): sorted keys, row
+// indices in and out, each array_bytes, then CUB's temporary space (cub_bytes, which grows
+// with N, so scratch for N serves fewer rows).
 static size_t round_up_256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-template <int VEC>
-static void encoder_backward_launch(floatX *dwte, floatX *dwpe, const floatX *dout,
-                                    const int *tokens, int B, int T, int C) {
-    const int N = B * T;
+static size_t sort_array_bytes(int N) { return round_up_256((size_t)N * sizeof(int)); }
+
+static size_t sort_cub_bytes(int N) {
     size_t cub_bytes = 0;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const unsigned int *)NULL,
                                                (unsigned int *)NULL, (const int *)NULL,
                                                (int *)NULL, N, 0, 32, cuda_stream));
-    const size_t array_bytes = round_up_256((size_t)N * sizeof(int));
-    const size_t need = 3 * array_bytes + cub_bytes;
-    if (need > sort_scratch_bytes) {
-        dev_free(sort_scratch);
-        sort_scratch = dev_malloc(need, "encoder_backward sort scratch");
-        sort_scratch_bytes = need;
-    }
-    char *base = (char *)sort_scratch;
+    return cub_bytes;
+}
+
+size_t encoder_backward_scratch_size(int B, int T) {
+    ensure_backend();
+    const int N = B * T;
+    return 3 * sort_array_bytes(N) + sort_cub_bytes(N);
+}
+
+template <int VEC>
+static void encoder_backward_launch(floatX *dwte, floatX *dwpe, void *scratch, const floatX *dout,
+                                    const int *tokens, int B, int T, int C) {
+    const int N = B * T;
+    size_t cub_bytes = sort_cub_bytes(N);
+    const size_t array_bytes = sort_array_bytes(N);
+    char *base = (char *)scratch;
     unsigned int *sorted_tokens = (unsigned int *)base;
     int *rows = (int *)(base + array_bytes);
     int *sorted_rows = (int *)(base + 2 * array_bytes);
@@ -168,10 +174,10 @@ static void encoder_backward_launch(floatX *dwte, floatX *dwpe, const floatX *do
     LAUNCH_CHECK();
 }
 
-void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int *tokens,
-                      int B, int T, int C) {
+void encoder_backward(floatX *dwte, floatX *dwpe, void *scratch, const floatX *dout,
+                      const int *tokens, int B, int T, int C) {
     if (C % 8 == 0 && is_aligned16(dwte) && is_aligned16(dwpe) && is_aligned16(dout))
-        encoder_backward_launch<8>(dwte, dwpe, dout, tokens, B, T, C);
+        encoder_backward_launch<8>(dwte, dwpe, scratch, dout, tokens, B, T, C);
     else
-        encoder_backward_launch<1>(dwte, dwpe, dout, tokens, B, T, C);
+        encoder_backward_launch<1>(dwte, dwpe, scratch, dout, tokens, B, T, C);
 }

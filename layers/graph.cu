@@ -2,8 +2,8 @@
 // small kernels; launched one by one, the CPU's launch cost (a few microseconds each) would
 // be most of the step. Captured once into a graph, the whole step is one launch.
 //
-// The first call runs fn directly, so that everything lazy (cuBLASLt plans, scratch buffers)
-// is set up outside the capture; the second call captures and instantiates; later calls only
+// The first call runs fn directly, so that everything lazy (cuBLASLt plans) is set up outside
+// the capture; the second call captures and instantiates; later calls only
 // launch. fn must therefore launch the same work with the same arguments every time.
 #include <string.h>
 
@@ -26,10 +26,7 @@ void device_graph_run(DeviceGraph **graph, void (*fn)(void *ctx), void *ctx) {
     }
     if (!*graph) {
         *graph = (DeviceGraph *)calloc(1, sizeof(DeviceGraph));
-        if (!*graph) {
-            fprintf(stderr, "error: out of host memory\n");
-            exit(1);
-        }
+        if (!*graph) die("out of host memory for a CUDA graph");
     }
     DeviceGraph *g = *graph;
     if (g->exec) {

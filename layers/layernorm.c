@@ -31,11 +31,13 @@ void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
     }
 }
 
+size_t layernorm_backward_scratch_size(int N, int C) { return 0; }
+
 // dinp (N,C) +=, dweight (C) +=, dbias (C) +=, dout (N,C), inp (N,C), weight (C),
 // mean (N), rstd (N)
-void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
-                        const floatX *inp, const floatX *weight, const float *mean,
-                        const float *rstd, int N, int C) {
+void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
+                        const floatX *dout, const floatX *inp, const floatX *weight,
+                        const float *mean, const float *rstd, int N, int C) {
     // dinp: each row on its own, through the two row means the normalization couples
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {

@@ -2,7 +2,8 @@
 // Row statistics in fp32 by two passes over the row (mean, then variance about the mean; the
 // second and third reads of a row hit L1). The weight and bias gradients are reduced
 // deterministically: per-warp accumulators in shared memory, per-block partial sums in a
-// scratch buffer, then add_column_sums adds them in a fixed order into dweight and dbias.
+// scratch buffer the caller gives (layernorm_backward_scratch_size), then add_column_sums adds
+// them in a fixed order into dweight and dbias.
 #include "cuda_common.cuh"
 
 static const float LAYERNORM_EPS = 1e-5f;
@@ -169,47 +170,59 @@ __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
     }
 }
 
-static float *ln_partial = NULL;   // per-block partial sums, grown on demand
-static size_t ln_partial_capacity = 0;
+static size_t layernorm_backward_smem(int C) {
+    return (size_t)(LN_BACKWARD_THREADS / 32) * 2 * C * sizeof(float);
+}
 
+// the grid of layernorm_backward_kernel<VEC> at (N, C): as many blocks as are resident on the
+// GPU at once, no more than the rows need. Also sets the kernel's shared-memory limit.
 template <int VEC>
-static void layernorm_backward_launch(floatX *dinp, floatX *dweight, floatX *dbias,
-                                      const floatX *dout, const floatX *inp, const floatX *weight,
-                                      const float *mean, const float *rstd, int N, int C) {
-    const size_t smem = (size_t)(LN_BACKWARD_THREADS / 32) * 2 * C * sizeof(float);
+static int layernorm_backward_blocks(int N, int C) {
+    const size_t smem = layernorm_backward_smem(C);
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<VEC>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int blocks_per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &blocks_per_sm, layernorm_backward_kernel<VEC>, LN_BACKWARD_THREADS, smem));
-    if (blocks_per_sm < 1) {
-        fprintf(stderr, "error: layernorm_backward: C=%d needs more shared memory than a block has\n", C);
-        exit(1);
-    }
+    if (blocks_per_sm < 1)
+        die("layernorm_backward: C=%d needs more shared memory than a block has", C);
     int blocks = blocks_per_sm * cuda_num_sms;
     const int blocks_for_rows = ceil_div(N, LN_BACKWARD_THREADS / 32);
-    if (blocks > blocks_for_rows) blocks = blocks_for_rows;
-
-    const size_t need = (size_t)blocks * 2 * C;
-    if (need > ln_partial_capacity) {
-        dev_free(ln_partial);
-        ln_partial = (float *)dev_malloc(need * sizeof(float), "layernorm_backward partial sums");
-        ln_partial_capacity = need;
-    }
-    layernorm_backward_kernel<VEC><<<blocks, LN_BACKWARD_THREADS, smem, cuda_stream>>>(
-        ln_partial, BF(dinp), CBF(dout), CBF(inp), CBF(weight), mean, rstd, N, C);
-    LAUNCH_CHECK();
-    add_column_sums(BF(dweight), BF(dbias), C, ln_partial, blocks, 2 * C);
+    return blocks < blocks_for_rows ? blocks : blocks_for_rows;
 }
 
-void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
-                        const floatX *inp, const floatX *weight, const float *mean,
-                        const float *rstd, int N, int C) {
+// partial (blocks, 2, C) fp32, for whichever vector width the pointers allow
+size_t layernorm_backward_scratch_size(int N, int C) {
+    ensure_backend();
+    const int blocks8 = layernorm_backward_blocks<8>(N, C);
+    const int blocks1 = layernorm_backward_blocks<1>(N, C);
+    return (size_t)(blocks8 > blocks1 ? blocks8 : blocks1) * 2 * C * sizeof(float);
+}
+
+template <int VEC>
+static void layernorm_backward_launch(floatX *dinp, floatX *dweight, floatX *dbias,
+                                      float *partial, const floatX *dout, const floatX *inp,
+                                      const floatX *weight, const float *mean, const float *rstd,
+                                      int N, int C) {
+    const int blocks = layernorm_backward_blocks<VEC>(N, C);
+    layernorm_backward_kernel<VEC><<<blocks, LN_BACKWARD_THREADS, layernorm_backward_smem(C),
+                                     cuda_stream>>>(partial, BF(dinp), CBF(dout), CBF(inp),
+                                                    CBF(weight), mean, rstd, N, C);
+    LAUNCH_CHECK();
+    add_column_sums(BF(dweight), BF(dbias), C, partial, blocks, 2 * C);
+}
+
+void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
+                        const floatX *dout, const floatX *inp, const floatX *weight,
+                        const float *mean, const float *rstd, int N, int C) {
     const bool vec8 = C % 8 == 0 && is_aligned16(dinp) && is_aligned16(dout) &&
                       is_aligned16(inp) && is_aligned16(weight);
+    float *partial = (float *)scratch;
     if (vec8)
-        layernorm_backward_launch<8>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+        layernorm_backward_launch<8>(dinp, dweight, dbias, partial, dout, inp, weight, mean, rstd,
+                                     N, C);
     else
-        layernorm_backward_launch<1>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+        layernorm_backward_launch<1>(dinp, dweight, dbias, partial, dout, inp, weight, mean, rstd,
+                                     N, C);
 }

@@ -10,6 +10,14 @@
 // NH heads, HS head size (C = NH*HS), V vocabulary (50257), Vp padded vocabulary (50304),
 // N = B*T rows.
 //
+// Scratch: a layer that needs temporary device memory inside a call says how much through
+// its *_scratch_size function and is given it (void *scratch) by the caller, who allocates
+// it up front in an arena, so that every byte shows in the memory report and nothing is
+// allocated during a call (CUDA graph capture must never meet an allocation). The space is
+// free again when the call returns, so calls on one stream may share it. Scratch sized for a
+// shape serves every smaller one (fewer rows, a shorter cache). The CPU backend needs none
+// (size 0; scratch may then be NULL).
+//
 // Gradient conventions (the same on both backends):
 //   - parameter gradients (dweight, dbias, dwte, dwpe, ...) are ACCUMULATED (+=), so that
 //     gradient accumulation over micro-steps and the tied wte need nothing special;
@@ -43,6 +51,10 @@ const char *backend_name(void);            // "cpu" or "cuda"
 int backend_init(void);
 void backend_describe(char *buf, size_t n); // one line: CPU threads, or GPU name and memory
 size_t device_memory_total(void);           // bytes the device has (CPU: physical RAM)
+// Bytes the backend allocates for itself, once, in backend_init: CUDA's cuBLAS(Lt) workspace,
+// shared by every GEMM of the cuBLAS and cuBLASLt handles (the matmuls and naive attention's
+// batched GEMMs), so it never grows and never moves; 0 on the CPU. The memory reports list it.
+size_t backend_workspace_size(void);
 
 // dev_malloc never returns NULL: when the device is out of memory it prints how many bytes
 // were asked for, how many are free and in use, and the caller's `what`, then exits(1).
@@ -70,17 +82,23 @@ void floatX_from_float(floatX *dst, const float *src, size_t n);
 void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const floatX *wpe,
                      int B, int T, int C);
 // dwte (Vp,C) +=, dwpe (maxT,C) +=, from dout (B,T,C)
-void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int *tokens,
-                      int B, int T, int C);
+// scratch: encoder_backward_scratch_size(B, T) bytes (CUDA: the tokens sorted, for a
+// deterministic dwte without atomics)
+size_t encoder_backward_scratch_size(int B, int T);
+void encoder_backward(floatX *dwte, floatX *dwpe, void *scratch, const floatX *dout,
+                      const int *tokens, int B, int T, int C);
 
 // out = (inp - mean) * rstd * weight + bias, per row, eps 1e-5
 // out (N,C), mean (N) fp32, rstd (N) fp32, inp (N,C), weight (C), bias (C)
 void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
                        const floatX *weight, const floatX *bias, int N, int C);
 // dinp (N,C) += , dweight (C) +=, dbias (C) +=
-void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
-                        const floatX *inp, const floatX *weight, const float *mean,
-                        const float *rstd, int N, int C);
+// scratch: layernorm_backward_scratch_size(N, C) bytes (CUDA: per-block partial sums of
+// dweight and dbias, added in a fixed order)
+size_t layernorm_backward_scratch_size(int N, int C);
+void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
+                        const floatX *dout, const floatX *inp, const floatX *weight,
+                        const float *mean, const float *rstd, int N, int C);
 
 // out = inp @ weight^T + bias
 // out (N,OC), inp (N,C), weight (OC,C), bias (OC) or NULL
@@ -88,8 +106,12 @@ void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const 
                     int N, int C, int OC);
 // dinp (N,C) = dout @ weight (overwritten; skipped when dinp is NULL),
 // dweight (OC,C) += dout^T @ inp, dbias (OC) += colsum(dout) (skipped when dbias is NULL)
-void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
-                     const floatX *inp, const floatX *weight, int N, int C, int OC);
+// scratch: matmul_backward_scratch_size(N, OC) bytes (CUDA: partial column sums of dbias;
+// unused without dbias)
+size_t matmul_backward_scratch_size(int N, int OC);
+void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
+                     const floatX *dout, const floatX *inp, const floatX *weight, int N, int C,
+                     int OC);
 
 // GELU, tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 // out (n), inp (n)
@@ -114,8 +136,11 @@ void crossentropy_forward_backward(floatX *logits, float *losses, const int *tar
 // out (B, NH, HS), q (B, NH, HS); kcache, vcache (B, maxT, NH, HS), of which the first len
 // positions are read. Scale 1/sqrt(HS). One kernel for both attention backends: it is the
 // decode step of either, and flash-decoding on the GPU (the cache split across blocks).
-void attention_decode(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
-                      int B, int len, int maxT, int NH, int HS);
+// scratch: attention_decode_scratch_size(B, maxT, NH, HS) bytes, enough for every len <=
+// maxT (CUDA: the partial results of the splits of the cache)
+size_t attention_decode_scratch_size(int B, int maxT, int NH, int HS);
+void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
+                      const floatX *vcache, int B, int len, int maxT, int NH, int HS);
 
 // The rest of generation's layer calls (layers/decode_attention.*, argmax.*, graph.*). What
 // changes from one decode step to the next (the position) is read from device memory, so that
@@ -123,8 +148,8 @@ void attention_decode(floatX *out, const floatX *q, const floatX *kcache, const 
 //
 // attention_decode with len read from device memory (one int32): the work is laid out for
 // maxT positions and the parts past len return at once.
-void attention_decode_dev(floatX *out, const floatX *q, const floatX *kcache, const floatX *vcache,
-                          const int *len, int B, int maxT, int NH, int HS);
+void attention_decode_dev(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
+                          const floatX *vcache, const int *len, int B, int maxT, int NH, int HS);
 // Splits the qkv of T new positions: their keys and values go into the KV cache at positions
 // pos .. pos+T-1 (pos: one int32 in device memory), their queries, when q is not NULL, to q.
 // kcache, vcache (B, maxT, NH, HS); q (B, T, NH, HS) or NULL; qkv (B, T, 3, NH, HS).

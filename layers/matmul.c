@@ -142,10 +142,13 @@ void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const 
     block_matmul(out, (size_t)OC, inp_view, weight_t, bias, N, OC, C, 0);
 }
 
+size_t matmul_backward_scratch_size(int N, int OC) { return 0; }
+
 // dinp (N,C) = dout @ weight, or skipped when NULL; dweight (OC,C) += dout^T @ inp;
 // dbias (OC) += colsum(dout), or skipped when NULL; dout (N,OC), inp (N,C), weight (OC,C)
-void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
-                     const floatX *inp, const floatX *weight, int N, int C, int OC) {
+void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
+                     const floatX *dout, const floatX *inp, const floatX *weight, int N, int C,
+                     int OC) {
     if (dinp) {
         View dout_view = {dout, (size_t)OC, 1};     // (N, OC)
         View weight_view = {weight, (size_t)C, 1};  // (OC, C)

@@ -152,7 +152,8 @@ void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const 
 
 // ----------------------------------------------------------------------------------------
 // dbias (OC) += colsum(dout (N,OC)): each block sums a slice of rows for 32*VEC columns into
-// partial[blockIdx.y][col]; add_column_sums adds the partials in a fixed order into dbias.
+// partial[blockIdx.y][col] (the caller's scratch, matmul_backward_scratch_size);
+// add_column_sums adds the partials in a fixed order into dbias.
 
 enum { BIAS_ROW_LANES = 8 };
 
@@ -186,25 +187,38 @@ __global__ void __launch_bounds__(32 * BIAS_ROW_LANES)
     }
 }
 
-static float *bias_partial = NULL;   // scratch for the partial column sums, grown on demand
-static size_t bias_partial_capacity = 0;
+// the grid of the dbias reduction at (N, OC), vec columns per thread: col_blocks x slices,
+// about 8 blocks per SM in all, each slice over at least 64 rows (rows_per_block). slices is
+// at most max_slices, which never decreases with N (so scratch for N serves any fewer rows).
+typedef struct {
+    int col_blocks, slices, rows_per_block, max_slices;
+} BiasLayout;
 
-static void bias_backward(floatX *dbias, const floatX *dout, int N, int OC) {
-    const int vec = (OC % 8 == 0 && is_aligned16(dout)) ? 8 : 1;
-    const int col_blocks = ceil_div(OC, 32 * vec);
-    // about 8 blocks per SM in all, each over at least 64 rows
-    int slices = (8 * cuda_num_sms) / col_blocks;
+static BiasLayout bias_layout(int N, int OC, int vec) {
+    BiasLayout b;
+    b.col_blocks = ceil_div(OC, 32 * vec);
+    int slices = (8 * cuda_num_sms) / b.col_blocks;
     if (slices < 1) slices = 1;
     if (slices > ceil_div(N, 64)) slices = ceil_div(N, 64);
-    const int rows_per_block = ceil_div(N, slices);
-    slices = ceil_div(N, rows_per_block);
-    size_t need = (size_t)slices * OC;
-    if (need > bias_partial_capacity) {
-        dev_free(bias_partial);
-        bias_partial = (float *)dev_malloc(need * sizeof(float), "matmul bias-gradient partial sums");
-        bias_partial_capacity = need;
-    }
-    dim3 grid(col_blocks, slices), block(32, BIAS_ROW_LANES);
+    b.max_slices = slices;
+    b.rows_per_block = ceil_div(N, slices);
+    b.slices = ceil_div(N, b.rows_per_block);
+    return b;
+}
+
+// partial (max_slices, OC) fp32, for whichever vector width dout allows
+size_t matmul_backward_scratch_size(int N, int OC) {
+    ensure_backend();
+    const int slices8 = bias_layout(N, OC, 8).max_slices;
+    const int slices1 = bias_layout(N, OC, 1).max_slices;
+    return (size_t)(slices8 > slices1 ? slices8 : slices1) * OC * sizeof(float);
+}
+
+static void bias_backward(floatX *dbias, float *bias_partial, const floatX *dout, int N, int OC) {
+    const int vec = (OC % 8 == 0 && is_aligned16(dout)) ? 8 : 1;
+    const BiasLayout layout = bias_layout(N, OC, vec);
+    const int slices = layout.slices, rows_per_block = layout.rows_per_block;
+    dim3 grid(layout.col_blocks, slices), block(32, BIAS_ROW_LANES);
     if (vec == 8)
         bias_partial_sums_kernel<8><<<grid, block, 0, cuda_stream>>>(bias_partial, CBF(dout), N,
                                                                      OC, rows_per_block);
@@ -215,11 +229,12 @@ static void bias_backward(floatX *dbias, const floatX *dout, int N, int OC) {
     add_column_sums(BF(dbias), NULL, OC, bias_partial, slices, OC);
 }
 
-void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout,
-                     const floatX *inp, const floatX *weight, int N, int C, int OC) {
+void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
+                     const floatX *dout, const floatX *inp, const floatX *weight, int N, int C,
+                     int OC) {
     // dinp^T (C,N) = weight^T (C,OC) @ dout^T (OC,N); weight is stored column-major as (C,OC)
     if (dinp) lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, NULL, 0);
     // dweight^T (C,OC) += inp^T (C,N) @ dout (N,OC)
     lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1);
-    if (dbias) bias_backward(dbias, dout, N, OC);
+    if (dbias) bias_backward(dbias, (float *)scratch, dout, N, OC);
 }

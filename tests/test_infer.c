@@ -116,15 +116,16 @@ static void test_attention_decode(unsigned long long *rng) {
         test_fill(kc, cache, 1.0f, rng);
         test_fill(vc, cache, 1.0f, rng);
         for (int i = 0; i < B * C; i++) o[i] = o2[i] = NAN;   // poison
-        attention_decode(o, q, kc, vc, B, len, maxT, NH, HS);
-        attention_decode_dev(o2, q, kc, vc, &len, B, maxT, NH, HS);
+        void *scratch = malloc(attention_decode_scratch_size(B, maxT, NH, HS) + 1);
+        attention_decode(o, scratch, q, kc, vc, B, len, maxT, NH, HS);
+        attention_decode_dev(o2, scratch, q, kc, vc, &len, B, maxT, NH, HS);
         for (int b = 0; b < B; b++) {
             reference_decode(refd, q, kc, vc, b, len, maxT, NH, HS);
             for (int i = 0; i < C; i++) ref[b * C + i] = (float)refd[i];
         }
         CHECK_CLOSE(o, ref, (size_t)B * C, 1e-5, "attention_decode B=%d len=%d maxT=%d NH=%d HS=%d", B, len, maxT, NH, HS);
         CHECK(memcmp(o, o2, B * C * sizeof(float)) == 0, "attention_decode_dev equals attention_decode (len %d)", len);
-        free(q); free(kc); free(vc); free(o); free(o2); free(ref); free(refd);
+        free(q); free(kc); free(vc); free(o); free(o2); free(ref); free(refd); free(scratch);
     }
 }
 
@@ -138,6 +139,7 @@ static void test_decode_matches_forward(unsigned long long *rng) {
     float *q = malloc(B * C * sizeof(float)), *o = malloc(B * C * sizeof(float)), *row = malloc(B * C * sizeof(float));
     void *saved = malloc(attention_saved_size(B, T, NH, HS));
     void *scratch = malloc(attention_scratch_size(B, T, NH, HS) + 1);
+    void *decode_scratch = malloc(attention_decode_scratch_size(B, maxT, NH, HS) + 1);
     test_fill(qkv, n, 1.5f, rng);
     attention_forward(att, saved, scratch, qkv, B, T, NH, HS);
     int zero = 0;
@@ -148,13 +150,14 @@ static void test_decode_matches_forward(unsigned long long *rng) {
             memcpy(q + b * C, qkv + ((size_t)b * T + t) * 3 * C, C * sizeof(float));
             memcpy(row + b * C, att + ((size_t)b * T + t) * C, C * sizeof(float));
         }
-        attention_decode(o, q, kc, vc, B, t + 1, maxT, NH, HS);
+        attention_decode(o, decode_scratch, q, kc, vc, B, t + 1, maxT, NH, HS);
         double e = rel_error(o, row, (size_t)B * C);
         if (e > worst) worst = e;
     }
     CHECK(worst <= 1e-5, "attention_decode at every position equals the %s forward's row (worst rel error %.2e)",
           attention_name, worst);
     free(qkv); free(att); free(kc); free(vc); free(q); free(o); free(row); free(saved); free(scratch);
+    free(decode_scratch);
 }
 
 static void test_kv_cache_store(unsigned long long *rng) {

@@ -200,7 +200,9 @@ static void test_encoder(void) {
                 dwte_want[tokens[b * T + t] * C + c] += dout[(b * T + t) * C + c];
                 dwpe_want[t * C + c] += dout[(b * T + t) * C + c];
             }
-    encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    void *scratch = dev_malloc(encoder_backward_scratch_size(B, T), "encoder_backward scratch");
+    encoder_backward(dwte, dwpe, scratch, dout, tokens, B, T, C);
+    dev_free(scratch);
     float *dwte_wantf = to_float(dwte_want, (size_t)Vp * C), *dwpe_wantf = to_float(dwpe_want, (size_t)maxT * C);
     CHECK_CLOSE(dwte, dwte_wantf, (size_t)Vp * C, 1e-6, "encoder_backward dwte +=");
     CHECK_CLOSE(dwpe, dwpe_wantf, (size_t)maxT * C, 1e-6, "encoder_backward dwpe +=");
@@ -268,14 +270,16 @@ static void test_layernorm(int N, int C) {
     float *dinp = malloc(NC * sizeof(float));
     memcpy(dinp, dinp_before, NC * sizeof(float));
     float *dweight = zero_array(C), *dbias = zero_array(C);
-    layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    void *scratch = dev_malloc(layernorm_backward_scratch_size(N, C), "layernorm_backward scratch");
+    layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C);
     float *dinp_added = difference(dinp, dinp_before, NC);
     CHECK_CLOSE(dinp_added, dinp_want, NC, BWD_TOL, "layernorm_backward dinp += N=%d C=%d", N, C);
     CHECK_CLOSE(dweight, dweight_want, C, BWD_TOL, "layernorm_backward dweight N=%d C=%d", N, C);
     CHECK_CLOSE(dbias, dbias_want, C, BWD_TOL, "layernorm_backward dbias N=%d C=%d", N, C);
     // a second call adds the same again
     float *dweight_twice = scaled(dweight, C, 2.0f), *dbias_twice = scaled(dbias, C, 2.0f);
-    layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C);
+    dev_free(scratch);
     CHECK_CLOSE(dweight, dweight_twice, C, BWD_TOL, "layernorm_backward dweight accumulates");
     CHECK_CLOSE(dbias, dbias_twice, C, BWD_TOL, "layernorm_backward dbias accumulates");
     float *dinp_added_twice = difference(dinp, dinp_before, NC);
@@ -360,7 +364,8 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
 
     float *dinp = poisoned_array(NC), *dweight = zero_array(OCC);
     float *dbias = with_bias ? zero_array(OC) : NULL;
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    void *scratch = dev_malloc(matmul_backward_scratch_size(N, OC), "matmul_backward scratch");
+    matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, N, C, OC);
     CHECK_CLOSE(dinp, dinp_want, NC, BWD_TOL, "matmul_backward dinp N=%d C=%d OC=%d", N, C, OC);
     CHECK_CLOSE(dweight, dweight_want, OCC, BWD_TOL, "matmul_backward dweight N=%d C=%d OC=%d",
                 N, C, OC);
@@ -374,14 +379,15 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     float *dweight_twice = scaled(dweight, OCC, 2.0f);
     float *dbias_twice = with_bias ? scaled(dbias, OC, 2.0f) : NULL;
     for (size_t i = 0; i < NC; i++) dinp[i] = NAN;
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, N, C, OC);
     CHECK_CLOSE(dinp, dinp_once, NC, 0.0, "matmul_backward dinp is overwritten, not accumulated");
     CHECK_CLOSE(dweight, dweight_twice, OCC, BWD_TOL, "matmul_backward dweight accumulates");
     if (with_bias) CHECK_CLOSE(dbias, dbias_twice, OC, BWD_TOL, "matmul_backward dbias accumulates");
 
     // dinp NULL and dbias NULL are skipped; dweight is still right
     memset(dweight, 0, OCC * sizeof(float));
-    matmul_backward(NULL, dweight, NULL, dout, inp, weight, N, C, OC);
+    matmul_backward(NULL, dweight, NULL, scratch, dout, inp, weight, N, C, OC);
+    dev_free(scratch);
     CHECK_CLOSE(dweight, dweight_want, OCC, BWD_TOL, "matmul_backward with dinp, dbias NULL");
 
     free(inp); free(weight); free(bias); free(dout);

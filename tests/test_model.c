@@ -2,6 +2,7 @@
 // differences, gradient accumulation, determinism of init, overfitting one batch, and
 // checkpoint round trips (v3 fp32 written and read, v5 bf16 read).
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../gpt2.h"
@@ -192,6 +193,54 @@ static void test_checkpoint_round_trip(unsigned long long *rng) {
     remove(path);
 }
 
+// device memory the dying child allocated (and so still holds), written to its stderr
+static size_t bytes_before_load;
+static void report_allocated(void) {
+    fprintf(stderr, "\nallocated %zu\n", dev_bytes_in_use() - bytes_before_load);
+}
+
+// A header that claims d48 (1.5B parameters, 6 GB) on a 2 KB file: the load must fail as
+// truncated, from the sizes alone, before allocating anything for the parameters. Run in a
+// child, since gpt2_load_checkpoint dies; its stderr and what it allocated come back in a
+// pipe.
+static void test_checkpoint_huge_header(void) {
+    char path[] = "/tmp/test_model_huge_XXXXXX";
+    int fd = mkstemp(path);
+    int header[512] = {CHECKPOINT_MAGIC, CHECKPOINT_VERSION_FP32, 1024, GPT2_VOCAB_SIZE,
+                       48, 48, 48 * 64, GPT2_PADDED_VOCAB_SIZE};   // then 1 KB of zeros
+    CHECK(write(fd, header, sizeof(header)) == (ssize_t)sizeof(header), "huge-header file written");
+    close(fd);
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0, "pipe for the child's stderr");
+    fflush(stdout);   // or the child's exit prints this process's buffered output again
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        close(pipefd[0]);
+        bytes_before_load = dev_bytes_in_use();
+        atexit(report_allocated);
+        GPT2 m;
+        gpt2_load_checkpoint(&m, path);
+        _exit(0);   // not reached when the load fails, as it must
+    }
+    close(pipefd[1]);
+    char out[4096] = {0};
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof(out) - 1 && (r = read(pipefd[0], out + got, sizeof(out) - 1 - got)) > 0)
+        got += (size_t)r;
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "a d48 header on a 2 KB file fails");
+    CHECK(strstr(out, "truncated") != NULL && strstr(out, path) != NULL,
+          "the failure names the file and says truncated: %s", out);
+    const char *allocated = strstr(out, "\nallocated ");
+    size_t bytes = allocated ? strtoull(allocated + 11, NULL, 10) : (size_t)-1;
+    CHECK(bytes == 0, "nothing is allocated before the size check (%zu bytes were)", bytes);
+    remove(path);
+}
+
 static void test_config_names(void) {
     GPT2Config c;
     CHECK(gpt2_config_from_name(&c, "d12", 1024) == 0 && c.num_layers == 12 && c.num_heads == 12 &&
@@ -219,5 +268,6 @@ int main(void) {
     test_gradient_accumulation(&rng);
     test_overfit_one_batch(&rng);
     test_checkpoint_round_trip(&rng);
+    test_checkpoint_huge_header();
     return test_summary();
 }

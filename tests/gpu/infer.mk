@@ -8,7 +8,7 @@
 
 # the CPU attention_decode, compiled a second time as plain C (floatX = float) with its symbols
 # renamed cpu_*: the GPU kernel's reference beside the double-precision one
-INFER_CPU_REF_SYMS = attention_decode attention_decode_dev kv_cache_store
+INFER_CPU_REF_SYMS = attention_decode attention_decode_dev attention_decode_scratch_size kv_cache_store
 INFER_CPU_REF_OBJ = $(BUILD)/cpuref-infer/layers/decode_attention.o
 $(INFER_CPU_REF_OBJ): layers/decode_attention.c
 	@mkdir -p $(dir $@)

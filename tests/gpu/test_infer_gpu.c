@@ -16,8 +16,8 @@
 #include "../test.h"
 
 // the CPU implementation (layers/decode_attention.c, floatX = float), renamed by tests/gpu/infer.mk
-void cpu_attention_decode(float *out, const float *q, const float *kcache, const float *vcache,
-                          int B, int len, int maxT, int NH, int HS);
+void cpu_attention_decode(float *out, void *scratch, const float *q, const float *kcache,
+                          const float *vcache, int B, int len, int maxT, int NH, int HS);
 
 // ----------------------------------------------------------------------------------------
 // attention_decode
@@ -81,27 +81,28 @@ static void test_attention_decode(unsigned long long *rng) {
         floatX *dq = upload_rounded(q, B * C), *dk = upload_rounded(kc, cache);
         floatX *dv = upload_rounded(vc, cache), *dout = dev_malloc(B * C * sizeof(floatX), "out");
         int *dlen = dev_malloc(sizeof(int), "len");
+        void *dscratch = dev_malloc(attention_decode_scratch_size(B, maxT, NH, HS), "scratch");
         int lens[] = {1, 15, 16, 17, 63, 64, 65, 333, 1000, 4097, maxT};
         for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]); j++) {
             int len = lens[j];
             if (len > maxT) continue;
             reference_decode(ref, q, kc, vc, B, len, maxT, NH, HS);
-            cpu_attention_decode(cpu, q, kc, vc, B, len, maxT, NH, HS);
+            cpu_attention_decode(cpu, NULL, q, kc, vc, B, len, maxT, NH, HS);   // no scratch on the CPU
             CHECK_CLOSE(cpu, ref, (size_t)B * C, 1e-5, "CPU attention_decode B=%d len=%d (the reference's check)", B, len);
             poison(dout, B * C);
-            attention_decode(dout, dq, dk, dv, B, len, maxT, NH, HS);
+            attention_decode(dout, dscratch, dq, dk, dv, B, len, maxT, NH, HS);
             floatX_download(o, dout, B * C);
             CHECK_CLOSE(o, ref, (size_t)B * C, 1e-2, "attention_decode B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
             CHECK_CLOSE(o, cpu, (size_t)B * C, 1e-2, "attention_decode against the CPU's, B=%d len=%d", B, len);
             poison(dout, B * C);
             dev_upload(dlen, &len, sizeof(int));
-            attention_decode_dev(dout, dq, dk, dv, dlen, B, maxT, NH, HS);
+            attention_decode_dev(dout, dscratch, dq, dk, dv, dlen, B, maxT, NH, HS);
             floatX_download(o, dout, B * C);
             CHECK_CLOSE(o, ref, (size_t)B * C, 1e-2, "attention_decode_dev B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
         }
-        dev_free(dq); dev_free(dk); dev_free(dv); dev_free(dout); dev_free(dlen);
+        dev_free(dq); dev_free(dk); dev_free(dv); dev_free(dout); dev_free(dlen); dev_free(dscratch);
         free(q); free(kc); free(vc); free(o); free(ref); free(cpu);
     }
 }

@@ -35,17 +35,18 @@
 extern "C" {
 void cpu_encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe,
                          int B, int T, int C);
-void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
-                          int B, int T, int C);
+void cpu_encoder_backward(float *dwte, float *dwpe, void *scratch, const float *dout,
+                          const int *tokens, int B, int T, int C);
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C);
-void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, const float *mean,
-                            const float *rstd, int N, int C);
+void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, void *scratch,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, int N, int C);
 void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                         int N, int C, int OC);
-void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int C, int OC);
+void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, void *scratch,
+                         const float *dout, const float *inp, const float *weight, int N, int C,
+                         int OC);
 void cpu_gelu_forward(float *out, const float *inp, size_t n);
 void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
@@ -255,10 +256,12 @@ static void test_encoder_case(int B, int T, int C, int Vp, TokenMix mix) {
     float *dout = host_random((size_t)N * C, 1.0f);
     float *dwte0 = host_random((size_t)Vp * C, 0.5f), *dwpe0 = host_random((size_t)T * C, 0.5f);
     float *dwte = host_copy(dwte0, (size_t)Vp * C), *dwpe = host_copy(dwpe0, (size_t)T * C);
-    cpu_encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    cpu_encoder_backward(dwte, dwpe, NULL, dout, tokens, B, T, C);   // the CPU needs no scratch
     floatX *d_dout = dev_bf16(dout, (size_t)N * C);
     floatX *d_dwte = dev_bf16(dwte0, (size_t)Vp * C), *d_dwpe = dev_bf16(dwpe0, (size_t)T * C);
-    encoder_backward(d_dwte, d_dwpe, d_dout, d_tokens, B, T, C);
+    void *d_scratch = dev_malloc(encoder_backward_scratch_size(B, T), "test scratch");
+    poison(d_scratch, encoder_backward_scratch_size(B, T));
+    encoder_backward(d_dwte, d_dwpe, d_scratch, d_dout, d_tokens, B, T, C);
     float *got_dwte = get_bf16(d_dwte, (size_t)Vp * C), *got_dwpe = get_bf16(d_dwpe, (size_t)T * C);
 
     // dwte: compare the rows some token touched; the others must be exactly their start value
@@ -285,13 +288,13 @@ static void test_encoder_case(int B, int T, int C, int Vp, TokenMix mix) {
     // determinism: the same backward again from the same start
     floatX_upload(d_dwte, dwte0, (size_t)Vp * C);
     floatX_upload(d_dwpe, dwpe0, (size_t)T * C);
-    encoder_backward(d_dwte, d_dwpe, d_dout, d_tokens, B, T, C);
+    encoder_backward(d_dwte, d_dwpe, d_scratch, d_dout, d_tokens, B, T, C);
     float *again_dwte = get_bf16(d_dwte, (size_t)Vp * C), *again_dwpe = get_bf16(d_dwpe, (size_t)T * C);
     expect_identical("dwte deterministic", again_dwte, got_dwte, (size_t)Vp * C);
     expect_identical("dwpe deterministic", again_dwpe, got_dwpe, (size_t)T * C);
 
     dev_free(d_tokens); dev_free(d_wte); dev_free(d_wpe); dev_free(d_out); dev_free(d_dout);
-    dev_free(d_dwte); dev_free(d_dwpe);
+    dev_free(d_dwte); dev_free(d_dwpe); dev_free(d_scratch);
     free(tokens); free(wte); free(wpe); free(out); free(got_out); free(dout); free(dwte0);
     free(dwpe0); free(dwte); free(dwpe); free(got_dwte); free(got_dwpe); free(used);
     free(got_used); free(want_used); free(got_unused); free(want_unused); free(again_dwte);
@@ -334,10 +337,13 @@ static void test_layernorm_case(int N, int C) {
     float *dout = host_random(nc, 1.0f);
     float *dinp0 = host_random(nc, 1.0f), *dweight0 = host_random(C, 1.0f), *dbias0 = host_random(C, 1.0f);
     float *dinp = host_copy(dinp0, nc), *dweight = host_copy(dweight0, C), *dbias = host_copy(dbias0, C);
-    cpu_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    cpu_layernorm_backward(dinp, dweight, dbias, NULL, dout, inp, weight, mean, rstd, N, C);
     floatX *d_dout = dev_bf16(dout, nc), *d_dinp = dev_bf16(dinp0, nc);
     floatX *d_dweight = dev_bf16(dweight0, C), *d_dbias = dev_bf16(dbias0, C);
-    layernorm_backward(d_dinp, d_dweight, d_dbias, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C);
+    void *d_scratch = dev_malloc(layernorm_backward_scratch_size(N, C), "test scratch");
+    poison(d_scratch, layernorm_backward_scratch_size(N, C));
+    layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean,
+                       d_rstd, N, C);
     float *got_dinp = get_bf16(d_dinp, nc), *got_dweight = get_bf16(d_dweight, C), *got_dbias = get_bf16(d_dbias, C);
     expect_close("dinp (+=)", got_dinp, dinp, nc, BF16_TOL);
     expect_close("dweight (+=)", got_dweight, dweight, C, BF16_TOL);
@@ -346,7 +352,9 @@ static void test_layernorm_case(int N, int C) {
     floatX_upload(d_dinp, dinp0, nc);
     floatX_upload(d_dweight, dweight0, C);
     floatX_upload(d_dbias, dbias0, C);
-    layernorm_backward(d_dinp, d_dweight, d_dbias, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C);
+    layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean,
+                       d_rstd, N, C);
+    dev_free(d_scratch);
     float *again_dinp = get_bf16(d_dinp, nc), *again_dweight = get_bf16(d_dweight, C), *again_dbias = get_bf16(d_dbias, C);
     expect_identical("dinp deterministic", again_dinp, got_dinp, nc);
     expect_identical("dweight deterministic", again_dweight, got_dweight, C);
@@ -396,11 +404,14 @@ static void test_matmul_case(int N, int C, int OC, bool with_bias, int bias_misa
     float *dout = host_random(no, 1.0f);
     float *dweight0 = host_random(oc, 1.0f), *dbias0 = host_random(OC, 1.0f);
     float *dinp = host_alloc(nc), *dweight = host_copy(dweight0, oc), *dbias = host_copy(dbias0, OC);
-    cpu_matmul_backward(dinp, dweight, with_bias ? dbias : NULL, dout, inp, weight, N, C, OC);
+    cpu_matmul_backward(dinp, dweight, with_bias ? dbias : NULL, NULL, dout, inp, weight, N, C, OC);
     floatX *d_dout = dev_bf16(dout, no), *d_dinp = (floatX *)dev_malloc(nc * sizeof(floatX), "test");
     floatX *d_dweight = dev_bf16(dweight0, oc), *d_dbias = dev_bf16(dbias0, OC);
     poison(d_dinp, nc * sizeof(floatX));
-    matmul_backward(d_dinp, d_dweight, with_bias ? d_dbias : NULL, d_dout, d_inp, d_weight, N, C, OC);
+    void *d_scratch = dev_malloc(matmul_backward_scratch_size(N, OC), "test scratch");
+    poison(d_scratch, matmul_backward_scratch_size(N, OC));
+    matmul_backward(d_dinp, d_dweight, with_bias ? d_dbias : NULL, d_scratch, d_dout, d_inp,
+                    d_weight, N, C, OC);
     float *got_dinp = get_bf16(d_dinp, nc), *got_dweight = get_bf16(d_dweight, oc), *got_dbias = get_bf16(d_dbias, OC);
     expect_close("dinp (=)", got_dinp, dinp, nc, BF16_TOL);
     expect_close("dweight (+=)", got_dweight, dweight, oc, BF16_TOL);
@@ -410,7 +421,9 @@ static void test_matmul_case(int N, int C, int OC, bool with_bias, int bias_misa
     // dinp NULL: dweight and dbias only, the same values
     floatX_upload(d_dweight, dweight0, oc);
     floatX_upload(d_dbias, dbias0, OC);
-    matmul_backward(NULL, d_dweight, with_bias ? d_dbias : NULL, d_dout, d_inp, d_weight, N, C, OC);
+    matmul_backward(NULL, d_dweight, with_bias ? d_dbias : NULL, d_scratch, d_dout, d_inp,
+                    d_weight, N, C, OC);
+    dev_free(d_scratch);
     float *again_dweight = get_bf16(d_dweight, oc), *again_dbias = get_bf16(d_dbias, OC);
     expect_close("dweight, dinp NULL", again_dweight, dweight, oc, BF16_TOL);
     if (with_bias) expect_identical("dbias deterministic", again_dbias, got_dbias, OC);
