@@ -39,23 +39,23 @@ typedef struct {
 // the 2-D weight matrices only. init (gpt2_init_random): N(0, 0.02); residual projections
 // N(0, 0.02/sqrt(2L)); the token embedding N(0, 0.02) on its real rows, its padding rows 0;
 // ones; zeros.
-#define GPT2_PARAMETERS(ONE, LAYER)                                                  \
-    ONE(wte, Vp * C, 1, INIT_EMBEDDING)   /* (Vp, C) token embedding, tied LM head */ \
-    ONE(wpe, maxT * C, 1, INIT_NORMAL)    /* (maxT, C) position embedding */          \
-    LAYER(ln1w, C, 0, INIT_ONES)          /* (L, C) */                                \
-    LAYER(ln1b, C, 0, INIT_ZEROS)         /* (L, C) */                                \
-    LAYER(qkvw, 3 * C * C, 1, INIT_NORMAL) /* (L, 3C, C) */                           \
-    LAYER(qkvb, 3 * C, 0, INIT_ZEROS)     /* (L, 3C) */                               \
-    LAYER(attprojw, C * C, 1, INIT_RESIDUAL) /* (L, C, C) */                          \
-    LAYER(attprojb, C, 0, INIT_ZEROS)     /* (L, C) */                                \
-    LAYER(ln2w, C, 0, INIT_ONES)          /* (L, C) */                                \
-    LAYER(ln2b, C, 0, INIT_ZEROS)         /* (L, C) */                                \
-    LAYER(fcw, 4 * C * C, 1, INIT_NORMAL) /* (L, 4C, C) */                            \
-    LAYER(fcb, 4 * C, 0, INIT_ZEROS)      /* (L, 4C) */                               \
-    LAYER(fcprojw, C * 4 * C, 1, INIT_RESIDUAL) /* (L, C, 4C) */                      \
-    LAYER(fcprojb, C, 0, INIT_ZEROS)      /* (L, C) */                                \
-    ONE(lnfw, C, 0, INIT_ONES)            /* (C) */                                   \
-    ONE(lnfb, C, 0, INIT_ZEROS)           /* (C) */
+#define GPT2_PARAMETERS(ONE, LAYER)                                                              \
+    ONE(wte,         Vp * C,     1, INIT_EMBEDDING)  /* (Vp, C) token embedding, tied LM head */ \
+    ONE(wpe,         maxT * C,   1, INIT_NORMAL)     /* (maxT, C) position embedding */          \
+    LAYER(ln1w,      C,          0, INIT_ONES)       /* (L, C) */                                \
+    LAYER(ln1b,      C,          0, INIT_ZEROS)      /* (L, C) */                                \
+    LAYER(qkvw,      3 * C * C,  1, INIT_NORMAL)     /* (L, 3C, C) */                            \
+    LAYER(qkvb,      3 * C,      0, INIT_ZEROS)      /* (L, 3C) */                               \
+    LAYER(attprojw,  C * C,      1, INIT_RESIDUAL)   /* (L, C, C) */                             \
+    LAYER(attprojb,  C,          0, INIT_ZEROS)      /* (L, C) */                                \
+    LAYER(ln2w,      C,          0, INIT_ONES)       /* (L, C) */                                \
+    LAYER(ln2b,      C,          0, INIT_ZEROS)      /* (L, C) */                                \
+    LAYER(fcw,       4 * C * C,  1, INIT_NORMAL)     /* (L, 4C, C) */                            \
+    LAYER(fcb,       4 * C,      0, INIT_ZEROS)      /* (L, 4C) */                               \
+    LAYER(fcprojw,   C * 4 * C,  1, INIT_RESIDUAL)   /* (L, C, 4C) */                            \
+    LAYER(fcprojb,   C,          0, INIT_ZEROS)      /* (L, C) */                                \
+    ONE(lnfw,        C,          0, INIT_ONES)       /* (C) */                                   \
+    ONE(lnfb,        C,          0, INIT_ZEROS)      /* (C) */
 
 // Activations of one forward pass at batch B and length T (N = B*T), kept for backward, one
 // arena with every tensor on a 256-byte boundary: X(name, type, elements [per layer]).
@@ -68,7 +68,7 @@ typedef struct {
     LAYER(ln1_rstd, float, N)          /* (L, N) */                                          \
     LAYER(qkv, floatX, N * 3 * C)      /* (L, N, 3C) */                                      \
     LAYER(atty, floatX, N * C)         /* (L, N, C) attention output */                      \
-    LAYER(att_saved, char, attention_saved_size(B, T, NH, HS)) /* naive: P; flash: lse */    \
+    LAYER(att_saved, char, attention_saved_size(B, T, NH, HS)) /* naive: P; flash: logsumexp */ \
     LAYER(residual2, floatX, N * C)    /* (L, N, C) */                                       \
     LAYER(ln2, floatX, N * C)          /* (L, N, C) */                                       \
     LAYER(ln2_mean, float, N)          /* (L, N) */                                          \
