@@ -199,8 +199,9 @@ static void report_allocated(void) {
     fprintf(stderr, "\nallocated %zu\n", dev_bytes_in_use() - bytes_before_load);
 }
 
-// A header that claims d48 (1.5B parameters, 6 GB) on a 2 KB file: the load must fail as
-// truncated, from the sizes alone, before allocating anything for the parameters. Run in a
+// A header that claims d48 (L=48, C=3072: 5.6 billion parameters, 22 GB in fp32) on a 2 KB
+// file: the load must fail as truncated, from the sizes alone, before allocating anything
+// (before the fix it allocated and zeroed 44 GB of parameters and gradients first). Run in a
 // child, since gpt2_load_checkpoint dies; its stderr and what it allocated come back in a
 // pipe.
 static void test_checkpoint_huge_header(void) {
