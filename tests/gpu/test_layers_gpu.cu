@@ -1,6 +1,6 @@
 // test_layers_gpu.cu: every CUDA layer (layers/*.cu) and the CUDA naive attention
 // (attention/naive.cu) against the CPU implementations (layers/*.c, attention/naive.c), which
-// are linked into this program with their symbols renamed cpu_* (tests/gpu/layers.mk).
+// are linked into this program with their symbols prefixed cpu_ (tests/gpu/cpu_reference.h).
 //
 // Inputs are drawn in fp32 from a fresh seed and rounded to bf16 before either side sees them,
 // so both compute from identical values; the CPU (fp32) is the reference. Tolerances, as
@@ -23,6 +23,7 @@
 #include "../../attention/attention.h"
 #include "../../layers/cuda_common.cuh"
 #include "../test.h"
+#include "cpu_reference.h"   // cpu_encoder_forward, ... (fp32)
 
 #include <string.h>
 #include <sys/wait.h>
@@ -30,39 +31,6 @@
 
 #define BF16_TOL 1e-2
 #define FP32_TOL 1e-5
-
-// the CPU implementations, fp32 (floatX = float there), renamed by tests/gpu/layers.mk
-extern "C" {
-void cpu_encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe,
-                         int B, int T, int C);
-void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
-                          int B, int T, int C);
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, int N, int C);
-void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, const float *mean,
-                            const float *rstd, int N, int C);
-void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                        int N, int C, int OC);
-void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int C, int OC);
-void cpu_gelu_forward(float *out, const float *inp, size_t n);
-void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
-void cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
-void cpu_crossentropy_forward_backward(float *logits, float *losses, const int *targets, int N,
-                                       int V, int Vp, float dloss);
-void cpu_grad_sumsq(float *out, const float *grads, size_t n);
-void cpu_adamw_update(float *params, float *master, const float *grads, float *m, float *v,
-                      size_t n, float lr, float beta1, float beta2, float eps,
-                      float weight_decay, float grad_scale, int t);
-extern const char *const cpu_attention_name;
-size_t cpu_attention_saved_size(int B, int T, int NH, int HS);
-size_t cpu_attention_scratch_size(int B, int T, int NH, int HS);
-void cpu_attention_forward(float *out, void *saved, void *scratch, const float *qkv, int B,
-                           int T, int NH, int HS);
-void cpu_attention_backward(float *dqkv, void *scratch, const float *dout, const float *qkv,
-                            const float *out, const void *saved, int B, int T, int NH, int HS);
-}
 
 static unsigned long long rng;
 
