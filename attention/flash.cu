@@ -163,43 +163,45 @@ __device__ __forceinline__ uint32_t b_addr(const bf16 *tile, const LaneAddr &la,
                      ((c0 ^ la.b_x ^ swizzle_bits<ROW>(la.row8)) << 3));
 }
 
-// Start copying rows row0..row0+ROWS-1 of two tensors with the same row layout (each row HS
-// bf16, `stride` elements apart, starting at base_a and base_b) into two swizzled tiles; rows
-// >= T are zero-filled (their source address is base_a/base_b, valid but not read). One
-// address computation serves both copies; offsets within a tile fit in 32 bits.
+// The 16-byte chunks of rows row0..row0+ROWS-1 of a tensor (each row HS bf16, `stride`
+// elements apart) that thread tid copies into a swizzled ROWS x HS tile: copy(dst, offset,
+// valid) for each, dst its offset in the tile, offset its source from the tensor's base (0
+// for rows >= T: valid but not read, and valid false, so the chunk is zero-filled). One
+// address computation serves every tensor copied with the same row layout; offsets within a
+// tile fit in 32 bits.
+template <int ROWS, int HS, int THREADS, typename Copy>
+__device__ __forceinline__ void for_each_tile_chunk(int stride, int row0, int T, int tid,
+                                                    Copy copy) {
+    constexpr int CHUNKS = HS / 8;
+    static_assert((ROWS * CHUNKS) % THREADS == 0, "tile copy must split evenly over threads");
+    const size_t tile_offset = (size_t)row0 * stride;
+#pragma unroll
+    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
+        const int idx = i * THREADS + tid;
+        const int r = idx / CHUNKS, c = idx % CHUNKS;
+        const bool valid = row0 + r < T;
+        copy(swz<HS>(r, c), valid ? tile_offset + (r * stride + c * 8) : 0, valid);
+    }
+}
+// Start copying those rows of two tensors with the same row layout (from base_a, base_b)
+// into two tiles, or of one tensor into one tile.
 template <int ROWS, int HS, int THREADS>
 __device__ __forceinline__ void load_tile_pair(bf16 *tile_a, const bf16 *base_a, bf16 *tile_b,
                                                const bf16 *base_b, int stride, int row0, int T,
                                                int tid) {
-    constexpr int CHUNKS = HS / 8;
-    static_assert((ROWS * CHUNKS) % THREADS == 0, "tile copy must split evenly over threads");
-    const size_t tile_offset = (size_t)row0 * stride;
-#pragma unroll
-    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
-        const int idx = i * THREADS + tid;
-        const int r = idx / CHUNKS, c = idx % CHUNKS;
-        const bool valid = row0 + r < T;
-        const size_t offset = valid ? tile_offset + (r * stride + c * 8) : 0;
-        const int dst = swz<HS>(r, c);
+    for_each_tile_chunk<ROWS, HS, THREADS>(stride, row0, T, tid,
+                                           [&](int dst, size_t offset, bool valid) {
         cp_async_16(smem_addr(tile_a + dst), base_a + offset, valid);
         cp_async_16(smem_addr(tile_b + dst), base_b + offset, valid);
-    }
+    });
 }
-// the same for one tensor
 template <int ROWS, int HS, int THREADS>
 __device__ __forceinline__ void load_tile(bf16 *tile, const bf16 *base, int stride, int row0,
                                           int T, int tid) {
-    constexpr int CHUNKS = HS / 8;
-    static_assert((ROWS * CHUNKS) % THREADS == 0, "tile copy must split evenly over threads");
-    const size_t tile_offset = (size_t)row0 * stride;
-#pragma unroll
-    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
-        const int idx = i * THREADS + tid;
-        const int r = idx / CHUNKS, c = idx % CHUNKS;
-        const bool valid = row0 + r < T;
-        const size_t offset = valid ? tile_offset + (r * stride + c * 8) : 0;
-        cp_async_16(smem_addr(tile + swz<HS>(r, c)), base + offset, valid);
-    }
+    for_each_tile_chunk<ROWS, HS, THREADS>(stride, row0, T, tid,
+                                           [&](int dst, size_t offset, bool valid) {
+        cp_async_16(smem_addr(tile + dst), base + offset, valid);
+    });
 }
 
 // ================================================================================================

@@ -94,10 +94,14 @@ __global__ void permute_heads_kernel(bf16 *__restrict__ dst, const bf16 *__restr
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= total) return;
     const size_t e = idx * VEC;
-    const size_t split_e = split_offset(e, head_stride, parts, T, NH, HS);
     float x[VEC];
-    load_bf16<VEC>(x, src + (SPLIT ? e : split_e));
-    store_bf16<VEC>(dst + (SPLIT ? split_e : e), x);
+    if (SPLIT) {
+        load_bf16<VEC>(x, src + e);
+        store_bf16<VEC>(dst + split_offset(e, head_stride, parts, T, NH, HS), x);
+    } else {
+        load_bf16<VEC>(x, src + split_offset(e, head_stride, parts, T, NH, HS));
+        store_bf16<VEC>(dst + e, x);
+    }
 }
 
 template <bool SPLIT>
