@@ -101,6 +101,12 @@ __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// c0 += a b[0..1], c1 += a b[2..3]: the two 8-column n-tiles of one ldmatrix.x4 B fragment
+__device__ __forceinline__ void mma_bf16_x2(float c0[4], float c1[4], const uint32_t a[4],
+                                            const uint32_t b[4]) {
+    mma_bf16(c0, a, b[0], b[1]);
+    mma_bf16(c1, a, b[2], b[3]);
+}
 // *dst += v, two adjacent floats: one vector reduction (RED.E.ADD.F32x2) on sm_90
 __device__ __forceinline__ void atomic_add_float2(float *dst, float2 v) {
 #if __CUDA_ARCH__ >= 900
@@ -326,8 +332,7 @@ __global__ void __launch_bounds__(kFwdThreads)
                 ldsm_x4(kb, b_addr<HS>(Kt, la, np * 16, 2 * ks));
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma_bf16(s[mt][2 * np], qf[mt][ks], kb[0], kb[1]);
-                    mma_bf16(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
+                    mma_bf16_x2(s[mt][2 * np], s[mt][2 * np + 1], qf[mt][ks], kb);
                 }
             }
         }
@@ -390,8 +395,7 @@ __global__ void __launch_bounds__(kFwdThreads)
                 ldsm_x4_trans(vb, a_addr<HS>(Vt, la, kp * 16, 2 * np));
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma_bf16(o[mt][2 * np], pf[mt], vb[0], vb[1]);
-                    mma_bf16(o[mt][2 * np + 1], pf[mt], vb[2], vb[3]);
+                    mma_bf16_x2(o[mt][2 * np], o[mt][2 * np + 1], pf[mt], vb);
                 }
             }
         }
@@ -627,11 +631,9 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
             for (int np = 0; np < NQ / 2; np++) {
                 uint32_t qb[4], ob[4];
                 ldsm_x4(qb, b_addr<HS>(Qt, la, np * 16, 2 * ks));
-                mma_bf16(st[2 * np], ka, qb[0], qb[1]);
-                mma_bf16(st[2 * np + 1], ka, qb[2], qb[3]);
+                mma_bf16_x2(st[2 * np], st[2 * np + 1], ka, qb);
                 ldsm_x4(ob, b_addr<HS>(dOt, la, np * 16, 2 * ks));
-                mma_bf16(dpt[2 * np], va, ob[0], ob[1]);
-                mma_bf16(dpt[2 * np + 1], va, ob[2], ob[3]);
+                mma_bf16_x2(dpt[2 * np], dpt[2 * np + 1], va, ob);
             }
         }
 
@@ -681,11 +683,9 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
             for (int np = 0; np < NHd / 2; np++) {
                 uint32_t ob[4], qb[4];
                 ldsm_x4_trans(ob, a_addr<HS>(dOt, la, kq * 16, 2 * np));
-                mma_bf16(dv[2 * np], pa[kq], ob[0], ob[1]);
-                mma_bf16(dv[2 * np + 1], pa[kq], ob[2], ob[3]);
+                mma_bf16_x2(dv[2 * np], dv[2 * np + 1], pa[kq], ob);
                 ldsm_x4_trans(qb, a_addr<HS>(Qt, la, kq * 16, 2 * np));
-                mma_bf16(dk[2 * np], dsa[kq], qb[0], qb[1]);
-                mma_bf16(dk[2 * np + 1], dsa[kq], qb[2], qb[3]);
+                mma_bf16_x2(dk[2 * np], dk[2 * np + 1], dsa[kq], qb);
             }
         }
         __syncthreads();   // dS^T of all warps in shared memory
@@ -711,8 +711,7 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
                 ldsm_x4_trans(kb, a_addr<HS>(sK, la, kc * 16, col0 / 8 + 2 * np));
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    mma_bf16(acc[mt][2 * np], dsf[mt], kb[0], kb[1]);
-                    mma_bf16(acc[mt][2 * np + 1], dsf[mt], kb[2], kb[3]);
+                    mma_bf16_x2(acc[mt][2 * np], acc[mt][2 * np + 1], dsf[mt], kb);
                 }
             }
         }
