@@ -107,6 +107,13 @@ __device__ __forceinline__ void mma_bf16_x2(float c0[4], float c1[4], const uint
     mma_bf16(c0, a, b[0], b[1]);
     mma_bf16(c1, a, b[2], b[3]);
 }
+// the same for M 16-row tiles: c[m][n0] and c[m][n0 + 1] += a[m] b, for m < M
+template <int M, int N>
+__device__ __forceinline__ void mma_bf16_x2_rows(float (&c)[M][N][4], int n0,
+                                                 const uint32_t (&a)[M][4], const uint32_t b[4]) {
+#pragma unroll
+    for (int m = 0; m < M; m++) mma_bf16_x2(c[m][n0], c[m][n0 + 1], a[m], b);
+}
 // *dst += v, two adjacent floats: one vector reduction (RED.E.ADD.F32x2) on sm_90
 __device__ __forceinline__ void atomic_add_float2(float *dst, float2 v) {
 #if __CUDA_ARCH__ >= 900
@@ -282,12 +289,12 @@ __global__ void __launch_bounds__(kFwdThreads)
 
     cp_async_wait<1>();   // Q has landed (tile 0 may still be in flight)
     __syncthreads();
-    uint32_t qf[MT][KS][4];
+    uint32_t qf[KS][MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
-            ldsm_x4(qf[mt][ks], a_addr<HS>(sQ, la, warp * WARP_ROWS + mt * 16, 2 * ks));
+            ldsm_x4(qf[ks][mt], a_addr<HS>(sQ, la, warp * WARP_ROWS + mt * 16, 2 * ks));
 
     float o[MT][NO][4];
     float m_run[MT][2], l_run[MT][2];   // per owned row (g, g+8): running max (raw), sum
@@ -330,10 +337,7 @@ __global__ void __launch_bounds__(kFwdThreads)
             for (int np = 0; np < NS / 2; np++) {
                 uint32_t kb[4];
                 ldsm_x4(kb, b_addr<HS>(Kt, la, np * 16, 2 * ks));
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma_bf16_x2(s[mt][2 * np], s[mt][2 * np + 1], qf[mt][ks], kb);
-                }
+                mma_bf16_x2_rows(s, 2 * np, qf[ks], kb);
             }
         }
 
@@ -393,10 +397,7 @@ __global__ void __launch_bounds__(kFwdThreads)
             for (int np = 0; np < NO / 2; np++) {
                 uint32_t vb[4];
                 ldsm_x4_trans(vb, a_addr<HS>(Vt, la, kp * 16, 2 * np));
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma_bf16_x2(o[mt][2 * np], o[mt][2 * np + 1], pf[mt], vb);
-                }
+                mma_bf16_x2_rows(o, 2 * np, pf, vb);
             }
         }
     }
@@ -709,10 +710,7 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
             for (int np = 0; np < DQ_COLS / 16; np++) {
                 uint32_t kb[4];
                 ldsm_x4_trans(kb, a_addr<HS>(sK, la, kc * 16, col0 / 8 + 2 * np));
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    mma_bf16_x2(acc[mt][2 * np], acc[mt][2 * np + 1], dsf[mt], kb);
-                }
+                mma_bf16_x2_rows(acc, 2 * np, dsf, kb);
             }
         }
 #pragma unroll
