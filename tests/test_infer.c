@@ -20,6 +20,7 @@
 #include "../gpt2.h"
 #include "decode_reference.h"
 #include "test.h"
+#include "tiny_model.h"   // tiny_config(max_seq_len): maxT 24 here
 
 static char dir[256], infer_bin[512], import_bin[512];
 static char out[1 << 16], err[1 << 16];
@@ -176,16 +177,6 @@ static void test_argmax(unsigned long long *rng) {
 // ----------------------------------------------------------------------------------------
 // the model: cached decoding against the whole sequence recomputed
 
-static GPT2Config tiny_config(void) {   // vocabulary 61 padded to 64, maxT 24
-    GPT2Config c = {.max_seq_len = 24, .vocab_size = 61, .padded_vocab_size = 64,
-                    .num_layers = 2, .num_heads = 2, .channels = 16};
-    return c;
-}
-
-static void random_tokens(int *t, int n, int V, unsigned long long *rng) {
-    for (int i = 0; i < n; i++) t[i] = (int)((test_randf(rng) * 0.5f + 0.5f) * V) % V;
-}
-
 // logits (B, V) of the last position of the sequences seq (B, T), by the full forward pass
 static void full_logits(GPT2 *m, const int *seq, int B, int T, float *logits) {
     gpt2_forward(m, seq, NULL, B, T);
@@ -202,14 +193,8 @@ static void cached_logits(const KVCache *cache, float *out) {
 
 static void test_cached_decoding(unsigned long long *rng) {
     GPT2 m;
-    gpt2_init_random(&m, tiny_config(), 11);
-    // larger biases and layernorm parameters, so that every path carries signal
-    size_t np = m.num_parameters;
-    float *p = malloc(np * sizeof(float));
-    floatX_download(p, m.params_memory, np);
-    for (size_t i = 0; i < np; i++) p[i] += 0.1f * test_randf(rng);
-    floatX_upload(m.params_memory, p, np);
-    free(p);
+    gpt2_init_random(&m, tiny_config(24), 11);
+    perturb_parameters(&m, rng);
 
     int B = 2, T0 = 5, maxT = 20, V = m.config.vocab_size;
     int seq[2][24], flat[2 * 24];
