@@ -107,14 +107,10 @@ __global__ void permute_heads_kernel(bf16 *__restrict__ dst, const bf16 *__restr
 template <bool SPLIT>
 static void permute_heads(bf16 *dst, const bf16 *src, size_t head_stride, int parts, int B,
                           int T, int NH, int HS) {
-    const size_t n = (size_t)B * T * parts * NH * HS;
-    const int threads = 256;
-    if (HS % 8 == 0 && is_aligned16(dst) && is_aligned16(src))
-        permute_heads_kernel<8, SPLIT><<<ceil_div(n / 8, threads), threads, 0, cuda_stream>>>(
-            dst, src, head_stride, parts, B, T, NH, HS);
-    else
-        permute_heads_kernel<1, SPLIT><<<ceil_div(n, threads), threads, 0, cuda_stream>>>(
-            dst, src, head_stride, parts, B, T, NH, HS);
+    const size_t n = (size_t)B * T * parts * NH * HS;   // a multiple of 8 when HS is
+    launch_elementwise<8>(permute_heads_kernel<8, SPLIT>, permute_heads_kernel<1, SPLIT>,
+                          HS % 8 == 0 && is_aligned16(dst) && is_aligned16(src), n, dst, src,
+                          head_stride, parts, B, T, NH, HS);
     LAUNCH_CHECK();
 }
 static constexpr auto split_heads = permute_heads<true>;

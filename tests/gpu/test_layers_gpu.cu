@@ -58,9 +58,11 @@ static float *host_copy(const float *src, size_t n) {
     memcpy(x, src, n * sizeof(float));
     return x;
 }
-static floatX *dev_bf16(const float *host, size_t n) {
-    floatX *d = (floatX *)dev_malloc(n * sizeof(floatX), "test tensor");
-    floatX_upload(d, host, n);
+// a device bf16 copy of host (n; host NULL: left unwritten), starting misalign elements into
+// its allocation (for the kernels' unaligned paths); free it with dev_free(d - misalign)
+static floatX *dev_bf16(const float *host, size_t n, int misalign = 0) {
+    floatX *d = (floatX *)dev_malloc((n + misalign) * sizeof(floatX), "test tensor") + misalign;
+    if (host) floatX_upload(d, host, n);
     return d;
 }
 static float *dev_f32(const float *host, size_t n) {
@@ -411,12 +413,8 @@ static void test_gelu_case(size_t n, int misalign) {
     float *out = host_alloc(n), *dinp = host_alloc(n);
     cpu_gelu_forward(out, inp, n);
     cpu_gelu_backward(dinp, inp, dout, n);
-    const size_t bytes = (n + 1) * sizeof(floatX);
-    floatX *d_inp = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX *d_out = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX *d_dout = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX_upload(d_inp, inp, n);
-    floatX_upload(d_dout, dout, n);
+    floatX *d_inp = dev_bf16(inp, n, misalign), *d_out = dev_bf16(NULL, n, misalign);
+    floatX *d_dout = dev_bf16(dout, n, misalign);
     poison(d_out, n * sizeof(floatX));
     gelu_forward(d_out, d_inp, n);
     float *got = get_bf16(d_out, n);
@@ -443,12 +441,8 @@ static void test_residual_case(size_t n, int misalign) {
     printf("  residual n=%zu%s\n", n, misalign ? " (misaligned by one element)" : "");
     float *a = host_random(n, 1.0f), *b = host_random(n, 1.0f), *out = host_alloc(n);
     cpu_residual_forward(out, a, b, n);
-    const size_t bytes = (n + 1) * sizeof(floatX);
-    floatX *d_a = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX *d_b = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX *d_out = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX_upload(d_a, a, n);
-    floatX_upload(d_b, b, n);
+    floatX *d_a = dev_bf16(a, n, misalign), *d_b = dev_bf16(b, n, misalign);
+    floatX *d_out = dev_bf16(NULL, n, misalign);
     poison(d_out, n * sizeof(floatX));
     residual_forward(d_out, d_a, d_b, n);
     float *got = get_bf16(d_out, n);
