@@ -63,8 +63,7 @@ static void test_gradients(unsigned long long *rng) {
     perturb_parameters(&m, rng);
     int B = 2, T = 7;   // T not a multiple of anything
     int in[14], tg[14];
-    random_tokens(in, B * T, 61, rng);
-    random_tokens(tg, B * T, 61, rng);
+    random_batch(in, tg, B * T, rng);
     check_gradients(&m, in, tg, B, T, rng);
     gpt2_free(&m);
 }
@@ -74,8 +73,7 @@ static void test_gradient_accumulation(unsigned long long *rng) {
     GPT2 m;
     gpt2_init_random(&m, tiny_config(12), 11);
     int B = 2, T = 9, in[18], tg[18];
-    random_tokens(in, B * T, 61, rng);
-    random_tokens(tg, B * T, 61, rng);
+    random_batch(in, tg, B * T, rng);
     size_t n = m.num_parameters;
     float *whole = malloc(n * sizeof(float)), *parts = malloc(n * sizeof(float));
     gpt2_zero_grad(&m);
@@ -117,8 +115,7 @@ static void test_overfit_one_batch(unsigned long long *rng) {
     GPT2 m;
     gpt2_init_random(&m, tiny_config(12), 3);
     int B = 2, T = 12, in[24], tg[24];
-    random_tokens(in, B * T, 61, rng);
-    random_tokens(tg, B * T, 61, rng);
+    random_batch(in, tg, B * T, rng);
     float first = 0.0f, loss = 0.0f;
     for (int step = 1; step <= 300; step++) {
         gpt2_zero_grad(&m);
@@ -144,8 +141,7 @@ static void test_checkpoint_round_trip(unsigned long long *rng) {
     CHECK(b.num_parameters == n && memcmp(a.params_memory, b.params_memory, n * sizeof(float)) == 0,
           "v3 checkpoint round trip is bit exact");
     int in[10], tg[10];
-    random_tokens(in, 10, 61, rng);
-    random_tokens(tg, 10, 61, rng);
+    random_batch(in, tg, 10, rng);
     float la = gpt2_forward(&a, in, tg, 2, 5), lb = gpt2_forward(&b, in, tg, 2, 5);
     CHECK(la == lb, "same loss after reload (%.6f vs %.6f)", la, lb);
     gpt2_free(&b);
