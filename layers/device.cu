@@ -163,11 +163,21 @@ float dev_read_float(const float *p) {
 
 enum { STAGING_ELEMS = 1 << 22 };   // 8 MiB of bf16 per transfer
 
-void floatX_upload(floatX *dst, const float *src_host, size_t n) {
+// the host staging buffer of a transfer of n elements, and the elements of the transfer's
+// chunk that starts at element start
+static bf16 *staging_alloc(size_t n) {
     bf16 *staging = (bf16 *)malloc(sizeof(bf16) * (n < STAGING_ELEMS ? n : STAGING_ELEMS));
     if (!staging && n) die("out of host memory staging %zu values for the GPU", n);
+    return staging;
+}
+static size_t staging_count(size_t n, size_t start) {
+    return n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
+}
+
+void floatX_upload(floatX *dst, const float *src_host, size_t n) {
+    bf16 *staging = staging_alloc(n);
     for (size_t start = 0; start < n; start += STAGING_ELEMS) {
-        size_t count = n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
+        const size_t count = staging_count(n, start);
         for (size_t i = 0; i < count; i++) staging[i] = __float2bfloat16_rn(src_host[start + i]);
         dev_upload(dst + start, staging, count * sizeof(bf16));
     }
@@ -175,10 +185,9 @@ void floatX_upload(floatX *dst, const float *src_host, size_t n) {
 }
 
 void floatX_download(float *dst_host, const floatX *src, size_t n) {
-    bf16 *staging = (bf16 *)malloc(sizeof(bf16) * (n < STAGING_ELEMS ? n : STAGING_ELEMS));
-    if (!staging && n) die("out of host memory staging %zu values for the GPU", n);
+    bf16 *staging = staging_alloc(n);
     for (size_t start = 0; start < n; start += STAGING_ELEMS) {
-        size_t count = n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
+        const size_t count = staging_count(n, start);
         dev_download(staging, src + start, count * sizeof(bf16));
         for (size_t i = 0; i < count; i++) dst_host[start + i] = __bfloat162float(staging[i]);
     }
@@ -205,13 +214,8 @@ __global__ void float_to_bf16_kernel(bf16 *dst, const float *src, size_t n) {
 
 void floatX_from_float(floatX *dst, const float *src, size_t n) {
     if (n == 0) return;
-    const int threads = 256;
-    if (is_aligned16(src) && ((uintptr_t)dst & 7) == 0) {
-        float_to_bf16_kernel<4><<<ceil_div(ceil_div(n, 4), threads), threads, 0, cuda_stream>>>(
-            BF(dst), src, n);
-    } else {
-        float_to_bf16_kernel<1><<<ceil_div(n, threads), threads, 0, cuda_stream>>>(BF(dst), src, n);
-    }
+    launch_elementwise<4>(float_to_bf16_kernel<4>, float_to_bf16_kernel<1>,
+                          is_aligned16(src) && ((uintptr_t)dst & 7) == 0, n, BF(dst), src, n);
     LAUNCH_CHECK();
 }
 

@@ -14,21 +14,6 @@
 
 
 
-static void write_token_file(const char *path, int ntokens, int magic, int version, int declared,
-                             unsigned long long *rng) {
-    int header[256] = {0};
-    header[0] = magic;
-    header[1] = version;
-    header[2] = declared;
-    FILE *f = fopen(path, "wb");
-    fwrite(header, sizeof(int), 256, f);
-    for (int i = 0; i < ntokens; i++) {
-        uint16_t t = (uint16_t)((test_randf(rng) * 0.5f + 0.5f) * 1000);   // a small vocabulary
-        fwrite(&t, 2, 1, f);
-    }
-    fclose(f);
-}
-
 // the train lines of log.csv without the timing columns: "step,train,loss,grad_norm,lr"
 static int read_losses(const char *path, char lines[][512], int max) {
     FILE *f = fopen(path, "r");
@@ -160,16 +145,9 @@ static void test_bad_inputs(unsigned long long *rng) {
 int main(void) {
     if (cli_init("train_gpt2", "test_cli") != 0) return 1;
     unsigned long long rng = test_seed();
-    char p[512];
-    snprintf(p, sizeof(p), "%s/train.bin", dir);
-    write_token_file(p, 3000, 20240520, 1, 3000, &rng);
-    snprintf(p, sizeof(p), "%s/val.bin", dir);
-    write_token_file(p, 600, 20240520, 1, 600, &rng);
+    write_train_val(&rng);
     test_full_run();
     test_resume_bit_exact();
     test_bad_inputs(&rng);
-    int rc = test_summary();
-    if (rc == 0) run("rm -rf %s", dir);
-    else printf("files kept in %s\n", dir);
-    return rc;
+    return cli_finish(test_summary());
 }

@@ -39,20 +39,6 @@ static int run_ranks(int world, const char *name, const char *args) {
     return run("%s", cmd);
 }
 
-static void write_token_file(const char *path, int ntokens, unsigned long long *rng) {
-    int header[256] = {0};
-    header[0] = 20240520;
-    header[1] = 1;
-    header[2] = ntokens;
-    FILE *f = fopen(path, "wb");
-    fwrite(header, sizeof(int), 256, f);
-    for (int i = 0; i < ntokens; i++) {
-        uint16_t t = (uint16_t)((test_randf(rng) * 0.5f + 0.5f) * 1000);   // a small vocabulary
-        fwrite(&t, 2, 1, f);
-    }
-    fclose(f);
-}
-
 // log.csv of a run: per train step its loss and gradient norm, per validation its loss
 typedef struct {
     int steps, vals;
@@ -220,16 +206,9 @@ int main(void) {
     if (cli_init("train_gpt2", "test_dp") != 0) return 1;
     snprintf(common, sizeof(common), COMMON, dir, dir);
     unsigned long long rng = test_seed();
-    char p[512];
-    snprintf(p, sizeof(p), "%s/train.bin", dir);
-    write_token_file(p, 3000, &rng);
-    snprintf(p, sizeof(p), "%s/val.bin", dir);
-    write_token_file(p, 600, &rng);
+    write_train_val(&rng);
     test_same_losses();
     test_resume_across_worlds();
     test_bad_inputs();
-    int rc = test_summary();
-    if (rc == 0) run("rm -rf %s", dir);
-    else printf("files kept in %s\n", dir);
-    return rc;
+    return cli_finish(test_summary());
 }

@@ -18,7 +18,9 @@
 #include "../attention/attention.h"
 #include "../data/tokenizer.h"
 #include "../gpt2.h"
+#include "decode_reference.h"
 #include "test.h"
+#include "tiny_model.h"   // tiny_config(max_seq_len): maxT 24 here
 
 static char dir[256], infer_bin[512], import_bin[512];
 static char out[1 << 16], err[1 << 16];
@@ -77,30 +79,6 @@ static int parse_ints(const char *text, int *ids, int max) {
 // ----------------------------------------------------------------------------------------
 // attention_decode, kv_cache_store, logits_argmax
 
-// out (NH, HS) for sequence b, in double: softmax(q k^T / sqrt(HS)) v over positions 0..len-1
-static void reference_decode(double *ref, const float *q, const float *kc, const float *vc,
-                             int b, int len, int maxT, int NH, int HS) {
-    int C = NH * HS;
-    double *scores = malloc(len * sizeof(double));
-    for (int h = 0; h < NH; h++) {
-        double max = -INFINITY, sum = 0.0;
-        for (int s = 0; s < len; s++) {
-            double dot = 0.0;
-            for (int i = 0; i < HS; i++)
-                dot += (double)q[b * C + h * HS + i] * kc[((size_t)b * maxT + s) * C + h * HS + i];
-            scores[s] = dot / sqrt((double)HS);
-            if (scores[s] > max) max = scores[s];
-        }
-        for (int s = 0; s < len; s++) sum += (scores[s] = exp(scores[s] - max));
-        for (int i = 0; i < HS; i++) {
-            double acc = 0.0;
-            for (int s = 0; s < len; s++) acc += scores[s] * vc[((size_t)b * maxT + s) * C + h * HS + i];
-            ref[h * HS + i] = acc / sum;
-        }
-    }
-    free(scores);
-}
-
 static void test_attention_decode(unsigned long long *rng) {
     // (B, len, maxT, NH, HS): one position, lengths that are multiples of nothing, HS 64
     int shapes[][5] = {{1, 1, 1, 1, 8}, {3, 17, 20, 2, 5}, {2, 100, 128, 4, 64}, {1, 333, 333, 3, 16}};
@@ -111,7 +89,6 @@ static void test_attention_decode(unsigned long long *rng) {
         float *q = malloc(B * C * sizeof(float)), *kc = malloc(cache * sizeof(float));
         float *vc = malloc(cache * sizeof(float)), *o = malloc(B * C * sizeof(float));
         float *o2 = malloc(B * C * sizeof(float)), *ref = malloc(B * C * sizeof(float));
-        double *refd = malloc(C * sizeof(double));
         test_fill(q, B * C, 2.0f, rng);   // scores of a few units: a peaked softmax
         test_fill(kc, cache, 1.0f, rng);
         test_fill(vc, cache, 1.0f, rng);
@@ -119,13 +96,10 @@ static void test_attention_decode(unsigned long long *rng) {
         void *scratch = malloc(attention_decode_scratch_size(B, maxT, NH, HS) + 1);
         attention_decode(o, scratch, q, kc, vc, B, len, maxT, NH, HS);
         attention_decode_dev(o2, scratch, q, kc, vc, &len, B, maxT, NH, HS);
-        for (int b = 0; b < B; b++) {
-            reference_decode(refd, q, kc, vc, b, len, maxT, NH, HS);
-            for (int i = 0; i < C; i++) ref[b * C + i] = (float)refd[i];
-        }
+        reference_decode(ref, q, kc, vc, B, len, maxT, NH, HS);
         CHECK_CLOSE(o, ref, (size_t)B * C, 1e-5, "attention_decode B=%d len=%d maxT=%d NH=%d HS=%d", B, len, maxT, NH, HS);
         CHECK(memcmp(o, o2, B * C * sizeof(float)) == 0, "attention_decode_dev equals attention_decode (len %d)", len);
-        free(q); free(kc); free(vc); free(o); free(o2); free(ref); free(refd); free(scratch);
+        free(q); free(kc); free(vc); free(o); free(o2); free(ref); free(scratch);
     }
 }
 
@@ -206,16 +180,6 @@ static void test_argmax(unsigned long long *rng) {
 // ----------------------------------------------------------------------------------------
 // the model: cached decoding against the whole sequence recomputed
 
-static GPT2Config tiny_config(void) {   // vocabulary 61 padded to 64, maxT 24
-    GPT2Config c = {.max_seq_len = 24, .vocab_size = 61, .padded_vocab_size = 64,
-                    .num_layers = 2, .num_heads = 2, .channels = 16};
-    return c;
-}
-
-static void random_tokens(int *t, int n, int V, unsigned long long *rng) {
-    for (int i = 0; i < n; i++) t[i] = (int)((test_randf(rng) * 0.5f + 0.5f) * V) % V;
-}
-
 // logits (B, V) of the last position of the sequences seq (B, T), by the full forward pass
 static void full_logits(GPT2 *m, const int *seq, int B, int T, float *logits) {
     gpt2_forward(m, seq, NULL, B, T);
@@ -232,14 +196,8 @@ static void cached_logits(const KVCache *cache, float *out) {
 
 static void test_cached_decoding(unsigned long long *rng) {
     GPT2 m;
-    gpt2_init_random(&m, tiny_config(), 11);
-    // larger biases and layernorm parameters, so that every path carries signal
-    size_t np = m.num_parameters;
-    float *p = malloc(np * sizeof(float));
-    floatX_download(p, m.params_memory, np);
-    for (size_t i = 0; i < np; i++) p[i] += 0.1f * test_randf(rng);
-    floatX_upload(m.params_memory, p, np);
-    free(p);
+    gpt2_init_random(&m, tiny_config(24), 11);
+    perturb_parameters(&m, rng);
 
     int B = 2, T0 = 5, maxT = 20, V = m.config.vocab_size;
     int seq[2][24], flat[2 * 24];

@@ -1,6 +1,6 @@
 // test_attention_gpu.cu: both CUDA attention backends (naive and flash, linked together with
-// their symbols renamed by prefix, see tests/gpu/attention.mk) against a float64 reference
-// computed here on the host: output, logsumexp (flash), dq, dk, dv.
+// their symbols prefixed by their names, see prefix_symbols in the Makefile) against a float64
+// reference computed here on the host: output, logsumexp (flash), dq, dk, dv.
 //
 // Every run draws fresh random inputs (seed printed; TEST_SEED=<seed> replays it), poisons
 // every output, the saved buffer and the scratch with NaN (0xFF bytes) before each call, and
