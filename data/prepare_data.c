@@ -356,6 +356,7 @@ int main(int argc, char **argv) {
         progress(&o, bytes_read, total, tokens, t0, eof);
     }
     fclose(in);
+    if (bytes_read == 0) die("%s is empty: there is no text to tokenize", o.input);   // the output is removed at exit
     output_commit(&out);
     pending_output = NULL;
     double dt = wall_seconds() - t0;
@@ -375,6 +376,7 @@ int main(int argc, char **argv) {
     printf("wrote %s: %zu tokens, %zu bytes\n", out.val.path, out.n_val, TOKEN_FILE_HEADER_BYTES + 2 * out.n_val);
     printf("wrote %s: %zu tokens, %zu bytes\n", out.train.path, out.n_train, TOKEN_FILE_HEADER_BYTES + 2 * out.n_train);
     if (out.n_train == 0) fprintf(stderr, "warning: %zu tokens in all, so the train split is empty\n", tokens);
+    stdout_flush_or_die();   // the files are complete; this says the report was lost
     free(workers);
     free(buf);
     free(items.items);
