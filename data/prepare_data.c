@@ -314,10 +314,10 @@ int main(int argc, char **argv) {
     FILE *in = fopen_or_die(o.input, "rb");
     struct stat st;
     long total = fstat(fileno(in), &st) == 0 && S_ISREG(st.st_mode) ? (long)st.st_size : -1;
-    Output out;
-    output_open(&out, o.prefix, o.val_tokens);   // fails before any work when the folder is unwritable
-    pending_output = &out;
+    Output out = {0};
+    pending_output = &out;   // before the first file is opened: a failure opening the second removes it
     atexit(remove_pending_output);
+    output_open(&out, o.prefix, o.val_tokens);   // fails before any work when the folder is unwritable
 
     Worker *workers = calloc((size_t)o.threads, sizeof(Worker));
     if (!workers) die("out of memory");
