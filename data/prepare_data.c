@@ -263,6 +263,15 @@ static void encode_items(const BPE *bpe, Worker *workers, int threads, const uin
     for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
 }
 
+// an llm.c file given as the text (a token file for its source, say) would tokenize as garbage
+static void refuse_llmc_file(const uint8_t *start, const char *path) {
+    int32_t magic;
+    memcpy(&magic, start, sizeof(magic));
+    if (magic == TOKEN_FILE_MAGIC || magic == TOKENIZER_MAGIC)
+        die("%s is an llm.c %s file (magic %d), not text to tokenize", path,
+            magic == TOKEN_FILE_MAGIC ? "token" : "tokenizer", magic);
+}
+
 static void parse_separator(Options *o, const char *text) {
     size_t n = 0;
     for (const char *p = text; *p; p++) {
@@ -339,6 +348,7 @@ int main(int argc, char **argv) {
             if (ferror(in)) die("%s: read error: %s", o.input, strerror(errno));   // the output is removed at exit
             eof = 1;
         }
+        if (bytes_read == 0 && got >= 4) refuse_llmc_file(buf + len, o.input);
         len += got;
         bytes_read += got;
         items.len = 0;

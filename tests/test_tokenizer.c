@@ -730,6 +730,10 @@ static void test_program_io(const char *build) {
     CHECK(rc == 1 && strstr(out, "stdout: write error") && n > 0,
           "prepare_data with stdout on a full disk: exit 1, the token files complete (%d, %zu tokens: %s)", rc, n, out);
     free(tokens);
+    snprintf(cmd, sizeof(cmd), "(%s --quiet --vocab %s %s/io_train.bin %s/io3)", prog, vocab, tmp_dir, tmp_dir);
+    rc = run_command(cmd, out, sizeof(out));
+    CHECK(rc == 1 && strstr(out, "io_train.bin is an llm.c token file (magic 20240520), not text"),
+          "prepare_data refuses a token file as its text (%d: %s)", rc, out);
     snprintf(cmd, sizeof(cmd), "cp %s %s.keep; (trap '' XFSZ; ulimit -f 1; %s --quiet --val-tokens 2 --vocab %s %s %s/io)",
              path, path, prog, vocab, text, tmp_dir);
     ByteBuf big = {0};
