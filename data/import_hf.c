@@ -31,8 +31,11 @@
 //   ln_f.weight / .bias               lnfw, lnfb (C)
 // The config comes from the shapes (V, maxT from wte and wpe; C; L from the h.{l} blocks);
 // the head count, which no shape shows, from --n-head, else config.json's n_head beside the
-// file, else GPT-2's own sizes (C = 768, 1024, 1280, 1600: 12, 16, 20, 25 heads).
-// F32, F16 and BF16 tensors are read; every value must be finite.
+// file, else GPT-2's own sizes (C = 768, 1024, 1280, 1600: 12, 16, 20, 25 heads). The other
+// sizes config.json gives must agree with the shapes, and the config must be one that
+// checkpoint loading accepts (gpt2_config_problem). Every tensor of the file must find its
+// place, but the attention masks of older files. F32, F16 and BF16 tensors are read; every
+// value must be finite.
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
