@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +35,8 @@ FILE *fopen_or_die(const char *path, const char *mode) {
     FILE *f = fopen(path, mode);
     if (!f) die("cannot open %s for %s: %s", path, mode[0] == 'r' ? "reading" : "writing",
                 strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) die("%s is a directory, not a file", path);
     return f;
 }
 
@@ -50,6 +53,10 @@ void fwrite_or_die(const void *src, size_t size, size_t n, FILE *f, const char *
 }
 
 long file_size_or_die(FILE *f, const char *path) {
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) die("%s: cannot stat: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) die("%s is a directory, not a file", path);
+    if (!S_ISREG(st.st_mode)) die("%s is not a regular file (a pipe or a device?)", path);
     long here = ftell(f);
     if (here < 0 || fseek(f, 0, SEEK_END) != 0) die("%s: cannot seek: %s", path, strerror(errno));
     long size = ftell(f);
@@ -57,12 +64,42 @@ long file_size_or_die(FILE *f, const char *path) {
     return size;
 }
 
+uint8_t *read_file_or_die(const char *path, size_t *n) {
+    FILE *f = fopen_or_die(path, "rb");
+    long size = file_size_or_die(f, path);
+    uint8_t *data = malloc((size_t)size + 1);
+    if (!data) die("%s: out of memory reading %ld bytes", path, size);
+    fread_or_die(data, 1, (size_t)size, f, path);
+    fclose(f);
+    data[size] = 0;
+    *n = (size_t)size;
+    return data;
+}
+
 int file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+void stdin_readable_or_die(const char *hint) {
+    struct stat st;
+    if (fstat(STDIN_FILENO, &st) != 0) die("stdin is closed: %s", hint);
+    if (S_ISDIR(st.st_mode)) die("stdin is a directory: %s", hint);
+}
+
+void stdout_flush_or_die(void) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout))
+        die("stdout: write error: %s", errno ? strerror(errno) : "an earlier write failed");
+}
 
 void atomic_open(AtomicFile *af, const char *path) {
     if (strlen(path) >= sizeof(af->path)) die("path too long: %s", path);
     snprintf(af->path, sizeof(af->path), "%s", path);
     snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%ld", path, (long)getpid());
+    struct stat st;   // what the rename would replace: never a folder or a device
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        if (S_ISDIR(st.st_mode)) die("%s is a directory, not a file", path);
+        die("%s is not a regular file (a device or a pipe?): it is written as a new file that "
+            "replaces the old one when complete", path);
+    }
     af->f = fopen(af->tmp_path, "wb");
     if (!af->f) die("cannot write %s: %s", af->tmp_path, strerror(errno));
 }
@@ -71,7 +108,7 @@ void atomic_write(AtomicFile *af, const void *src, size_t bytes) {
     if (bytes && fwrite(src, 1, bytes, af->f) != bytes) {
         int e = errno;
         atomic_abort(af);
-        die("%s: write error: %s", af->tmp_path, strerror(e));
+        die("%s: write error: %s (%s is left as it was)", af->tmp_path, strerror(e), af->path);
     }
 }
 

@@ -263,6 +263,15 @@ static void encode_items(const BPE *bpe, Worker *workers, int threads, const uin
     for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
 }
 
+// an llm.c file given as the text (a token file for its source, say) would tokenize as garbage
+static void refuse_llmc_file(const uint8_t *start, const char *path) {
+    int32_t magic;
+    memcpy(&magic, start, sizeof(magic));
+    if (magic == TOKEN_FILE_MAGIC || magic == TOKENIZER_MAGIC)
+        die("%s is an llm.c %s file (magic %d), not text to tokenize", path,
+            magic == TOKEN_FILE_MAGIC ? "token" : "tokenizer", magic);
+}
+
 static void parse_separator(Options *o, const char *text) {
     size_t n = 0;
     for (const char *p = text; *p; p++) {
@@ -314,10 +323,10 @@ int main(int argc, char **argv) {
     FILE *in = fopen_or_die(o.input, "rb");
     struct stat st;
     long total = fstat(fileno(in), &st) == 0 && S_ISREG(st.st_mode) ? (long)st.st_size : -1;
-    Output out;
-    output_open(&out, o.prefix, o.val_tokens);   // fails before any work when the folder is unwritable
-    pending_output = &out;
+    Output out = {0};
+    pending_output = &out;   // before the first file is opened: a failure opening the second removes it
     atexit(remove_pending_output);
+    output_open(&out, o.prefix, o.val_tokens);   // fails before any work when the folder is unwritable
 
     Worker *workers = calloc((size_t)o.threads, sizeof(Worker));
     if (!workers) die("out of memory");
@@ -339,6 +348,7 @@ int main(int argc, char **argv) {
             if (ferror(in)) die("%s: read error: %s", o.input, strerror(errno));   // the output is removed at exit
             eof = 1;
         }
+        if (bytes_read == 0 && got >= 4) refuse_llmc_file(buf + len, o.input);
         len += got;
         bytes_read += got;
         items.len = 0;
@@ -356,6 +366,7 @@ int main(int argc, char **argv) {
         progress(&o, bytes_read, total, tokens, t0, eof);
     }
     fclose(in);
+    if (bytes_read == 0) die("%s is empty: there is no text to tokenize", o.input);   // the output is removed at exit
     output_commit(&out);
     pending_output = NULL;
     double dt = wall_seconds() - t0;
@@ -375,6 +386,7 @@ int main(int argc, char **argv) {
     printf("wrote %s: %zu tokens, %zu bytes\n", out.val.path, out.n_val, TOKEN_FILE_HEADER_BYTES + 2 * out.n_val);
     printf("wrote %s: %zu tokens, %zu bytes\n", out.train.path, out.n_train, TOKEN_FILE_HEADER_BYTES + 2 * out.n_train);
     if (out.n_train == 0) fprintf(stderr, "warning: %zu tokens in all, so the train split is empty\n", tokens);
+    stdout_flush_or_die();   // the files are complete; this says the report was lost
     free(workers);
     free(buf);
     free(items.items);

@@ -37,12 +37,15 @@ typedef struct {
     int special, threads;
 } Options;
 
-static uint8_t *read_stream(FILE *f, const char *name, size_t *n) {
+#define STDIN_HINT "give the text or ids as arguments, or --input FILE"
+
+static uint8_t *read_stdin(size_t *n) {
+    stdin_readable_or_die(STDIN_HINT);
     ByteBuf b = {0};
     uint8_t chunk[1 << 16];
     size_t got;
-    while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0) bytebuf_append(&b, chunk, got);
-    if (ferror(f)) die("%s: read error: %s", name, strerror(errno));
+    while ((got = fread(chunk, 1, sizeof(chunk), stdin)) > 0) bytebuf_append(&b, chunk, got);
+    if (ferror(stdin)) die("stdin: read error: %s", strerror(errno));
     uint8_t zero = 0;
     bytebuf_append(&b, &zero, 1);
     *n = b.len - 1;
@@ -63,15 +66,11 @@ static uint8_t *input_text(const Options *o, int argc, char **argv, size_t *n) {
         return b.data;
     }
     if (o->input_path) return read_file_or_die(o->input_path, n);
-    return read_stream(stdin, "stdin", n);
+    return read_stdin(n);
 }
 
 static void write_stdout(const void *p, size_t n) {
     if (n && fwrite(p, 1, n, stdout) != n) die("stdout: write error: %s", strerror(errno));
-}
-
-static void finish_stdout(void) {
-    if (fflush(stdout) != 0 || ferror(stdout)) die("stdout: write error: %s", strerror(errno));
 }
 
 static void cmd_encode(const Options *o, int argc, char **argv, int one_per_line) {
@@ -104,7 +103,7 @@ static void cmd_encode(const Options *o, int argc, char **argv, int one_per_line
         }
     }
     if (!one_per_line) printf("\n");
-    finish_stdout();
+    stdout_flush_or_die();
     for (int t = 0; t < o->threads; t++) bpe_scratch_free(scratch[t]);
     free(scratch);
     tokenlist_free(&ids);
@@ -130,12 +129,12 @@ static void decode_or_die(const Tokenizer *t, const int *ids, size_t n, const ch
     size_t bad;
     if (tokenizer_decode(t, ids, n, &out, &bad) != 0) {
         write_stdout(out.data, out.len);
-        finish_stdout();
+        stdout_flush_or_die();
         die("%s: token id %d (the %zu-th) is out of range: the vocabulary has ids 0 to %d", source, ids[bad],
             bad + 1, t->vocab_size - 1);
     }
     write_stdout(out.data, out.len);
-    finish_stdout();
+    stdout_flush_or_die();
     bytebuf_free(&out);
 }
 
@@ -150,7 +149,7 @@ static void cmd_decode(const Options *o, int argc, char **argv) {
     } else {
         size_t n;
         source = o->input_path ? o->input_path : "stdin";
-        text = o->input_path ? read_file_or_die(o->input_path, &n) : read_stream(stdin, "stdin", &n);
+        text = o->input_path ? read_file_or_die(o->input_path, &n) : read_stdin(&n);
         const char *p = (const char *)text;
         while (1) {
             while (*p && (isspace((unsigned char)*p) || *p == ',')) p++;
