@@ -170,12 +170,15 @@ train: data all
 
 # ---- comparison of the attention backends (scripts/compare.sh) -----------------------------
 #   make compare [STEPS=N] [B=N] [T=N] [MODEL=dN] [OUT=DIR] [TINY=1] [BACKEND=cpu|cuda]
+#                [SWEEP=T,T,...|none] [SWEEP_TOKENS=N] [SWEEP_STEPS=N]
 # trains with each attention backend, runs the attention microbenchmark; CSVs, table.md and PNGs
 # in OUT (default compare/<UTC date-time>/). Only values given on the command line are passed on.
 compare_arg = $(if $(filter command line,$(origin $(1))),$(2) $($(1)))
 COMPARE_FLAGS = $(call compare_arg,BACKEND,--backend) $(call compare_arg,STEPS,--steps) \
     $(call compare_arg,B,-b) $(call compare_arg,T,-t) $(call compare_arg,MODEL,--model) \
-    $(call compare_arg,OUT,--out) $(if $(filter 1,$(TINY)),--tiny)
+    $(call compare_arg,OUT,--out) $(call compare_arg,SWEEP,--sweep) \
+    $(call compare_arg,SWEEP_TOKENS,--sweep-tokens) $(call compare_arg,SWEEP_STEPS,--sweep-steps) \
+    $(if $(filter 1,$(TINY)),--tiny)
 .PHONY: test-compare
 compare:
 	bash scripts/compare.sh $(COMPARE_FLAGS)
