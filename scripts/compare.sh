@@ -22,11 +22,14 @@
 # usage: scripts/compare.sh [--steps N] [-b B] [-t T] [--model dN|CHECKPOINT] [--out DIR]
 #                           [--backend cpu|cuda] [--tiny] [--sweep T,T,...|none]
 #                           [--sweep-tokens N] [--sweep-steps N] [--torch-bench FILE|none]
+#                           [--prebuilt]
 #   defaults: on the GPU d12 (GPT-2 small), B=16, T=1024, 100 steps, a sweep over
 #   T = 1024,4096,16384,32768 at B*T = 16384 tokens (B at least 1), 20 steps each, and
 #   ../shared/bench/torch_attention.py (or .carry/bench/) beside the microbenchmark; on the CPU
 #   d4, B=4, T=128, 20 steps, sweep T = 64,128,256 at 256 tokens, 4 steps; --tiny (the CI mode):
-#   d2, B=2, T=64, 6 steps, sweep T = 32,64 at 64 tokens, 3 steps, the shortest microbenchmark
+#   d2, B=2, T=64, 6 steps, sweep T = 32,64 at 64 tokens, 3 steps, the shortest microbenchmark;
+#   --prebuilt: use the binaries and data already in build/ and data/ (built on another machine
+#   and copied here), without running make
 set -euo pipefail
 caller_dir=$PWD   # a relative --out is taken from where the script was called
 cd "$(dirname "$0")/.."
@@ -40,7 +43,7 @@ to_bytes() {   # "131.8 MiB" -> bytes
         printf "%.0f\n", $1 * m }'
 }
 
-steps="" B="" T="" model="" out="" backend="" tiny=0 sweep="" sweep_tokens="" sweep_steps="" torch_bench=""
+steps="" B="" T="" model="" out="" backend="" tiny=0 prebuilt=0 sweep="" sweep_tokens="" sweep_steps="" torch_bench=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --steps|-x)         steps=${2:?$1 needs a value}; shift 2 ;;
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
         --out|-o)           out=${2:?$1 needs a value}; shift 2 ;;
         --backend)          backend=${2:?$1 needs a value}; shift 2 ;;
         --tiny)             tiny=1; shift ;;
+        --prebuilt)         prebuilt=1; shift ;;
         --sweep)            sweep=${2:?$1 needs a value}; shift 2 ;;
         --sweep-tokens)     sweep_tokens=${2:?$1 needs a value}; shift 2 ;;
         --sweep-steps)      sweep_steps=${2:?$1 needs a value}; shift 2 ;;
@@ -138,8 +142,16 @@ makevars=(BACKEND="$backend" SANITIZE=0)
 if [ -f .carry/pcre2/usr/include/pcre2.h ]; then
     makevars+=(EXTRA_CFLAGS=-I.carry/pcre2/usr/include PCRE2_LIBS=.carry/pcre2/usr/lib/x86_64-linux-gnu/libpcre2-8.a)
 fi
-build() {   # build ATTENTION TARGET...: quiet unless it fails
+build() {   # build ATTENTION TARGET...: quiet unless it fails; with --prebuilt, check they exist
     local attn=$1; shift
+    if [ "$prebuilt" -eq 1 ]; then
+        local t
+        for t in "$@"; do
+            [ "$t" = data ] && t=data/tinyshakespeare/tiny_shakespeare_val.bin
+            [ -e "$t" ] || die "--prebuilt, but $t is missing (build it, or leave out --prebuilt)"
+        done
+        return 0
+    fi
     "$MAKE_CMD" --no-print-directory -j"$JOBS" "${makevars[@]}" ATTENTION="$attn" "$@" >"$out/build.log" 2>&1 ||
         { tail -n 30 "$out/build.log" >&2; die "build failed: make ${makevars[*]} ATTENTION=$attn $* (whole log: $out/build.log)"; }
     rm -f "$out/build.log"
