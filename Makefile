@@ -23,7 +23,7 @@ endif
 CC ?= gcc
 NVCC ?= nvcc
 # OPT: optimisation of host C code (OPT=-O3 for binaries that run on another x86-64 machine);
-# EXTRA_CFLAGS, EXTRA_LDFLAGS: added to every compile and link
+# EXTRA_CFLAGS, EXTRA_LDFLAGS: added to every C compile, to every link
 OPT ?= -O3 -march=native
 # PCRE2, the GPT-2 pre-tokenizer's regex engine (data/bpe.c): 10.46 with Unicode 16 tables, as
 # tiktoken has, built static by scripts/build_pcre2.sh (scripts/setup.sh runs it) into
