@@ -474,8 +474,8 @@ static void test_unicode_version(void) {
     char version[32];
     bpe_unicode_version(version, sizeof(version));
     CHECK(strcmp(version, BPE_UNICODE_VERSION) == 0,
-          "the linked PCRE2 has Unicode %s tables, tiktoken's are %s: build it with "
-          "scripts/build_pcre2.sh (the Makefile's PCRE2_LIBS)", version, BPE_UNICODE_VERSION);
+          "the linked PCRE2 has Unicode %s tables, tiktoken's are %s: link the PCRE2 that "
+          "scripts/build_pcre2.sh builds (the Makefile's default)", version, BPE_UNICODE_VERSION);
 }
 
 static void test_gpt2_cases(const BPE *bpe, BPEScratch *s) {
