@@ -28,14 +28,20 @@ CC = gcc
 endif
 NVCC ?= nvcc
 # OPT: optimisation of host C code (OPT=-O3 for binaries that run on another x86-64 machine);
-# EXTRA_CFLAGS, EXTRA_LDFLAGS: e.g. where PCRE2's header and library are not installed
+# EXTRA_CFLAGS, EXTRA_LDFLAGS: added to every C compile, to every link
 OPT ?= -O3 -march=native
-CFLAGS = $(OPT) -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -MMD -MP $(EXTRA_CFLAGS)
+# PCRE2, the GPT-2 pre-tokenizer's regex engine (data/bpe.c): 10.46 with Unicode 16 tables, as
+# tiktoken has, built static by scripts/build_pcre2.sh (scripts/setup.sh runs it) into
+# PCRE2_PREFIX. Another PCRE2: PCRE2_CFLAGS=-I<dir> PCRE2_LIBS=<lib>; the tokenizer tests then
+# check that its Unicode version is tiktoken's (BPE_UNICODE_VERSION in data/bpe.h).
+PCRE2_PREFIX ?= deps/pcre2
+PCRE2_CFLAGS ?= -I$(PCRE2_PREFIX)/include
+PCRE2_LIBS ?= $(PCRE2_PREFIX)/lib/libpcre2-8.a
+CFLAGS = $(OPT) -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -MMD -MP $(PCRE2_CFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS = $(EXTRA_LDFLAGS)
 LDLIBS = -lm -lgomp
 NVCCFLAGS = -O3 -arch=$(CUDA_ARCH) --use_fast_math -std=c++17 -DBACKEND_CUDA -MMD -MP \
             -Xcompiler -Wall,-Wno-unused-parameter $(EXTRA_NVCCFLAGS)
-PCRE2_LIBS ?= -lpcre2-8
 
 VARIANT = $(BACKEND)-$(ATTENTION)
 ifeq ($(SANITIZE),1)
@@ -78,6 +84,16 @@ $(BUILD)/infer_gpt2: $(call obj,infer_gpt2.c $(BPE_SRC)) $(CORE_OBJ)
 $(BUILD)/%.c.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# The default PCRE2 must have been built: say so before a compiler says "pcre2.h: no such file".
+# (Checked for the one file that includes pcre2.h; PCRE2_LIBS given elsewhere skips the check.)
+PCRE2_MISSING = $(if $(filter file,$(origin PCRE2_LIBS)),$(if $(wildcard $(PCRE2_LIBS)),,pcre2-missing))
+$(BUILD)/data/bpe.c.o: | $(PCRE2_MISSING)
+.PHONY: pcre2-missing
+pcre2-missing:
+	@echo "Makefile: $(PCRE2_LIBS) is missing: run scripts/setup.sh (or scripts/build_pcre2.sh) to" \
+	      "build PCRE2 with Unicode 16 tables there, or set PCRE2_CFLAGS and PCRE2_LIBS to another PCRE2" >&2
+	@exit 1
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@

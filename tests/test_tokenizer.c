@@ -464,6 +464,9 @@ static const Case gpt2_cases[] = {
     // U+180E is not White_Space (PCRE2's plain \s says it is; GPT-2's regex says no): " \u180e" is
     // one punctuation piece, so " \xe1" merges
     {"U+180E is not whitespace", "a \xe1\xa0\x8e" "b", "a| \xe1|\xa0|\x8e|b", {64, 28053, 254, 236, 65}, 5},
+    // U+1E4D0 NAG MUNDARI LETTER O, new in Unicode 15: a letter, so "'s" is a piece of its own
+    // (to PCRE2 with Unicode 14 tables it is unassigned, and "\xf0\x9e\x93\x90'" one piece)
+    {"a Unicode 15 letter", "\xf0\x9e\x93\x90's", "\xf0|\x9e|\x93|\x90|'s", {172, 252, 241, 238, 338}, 5},
     {"no-break space", "a\xc2\xa0" "b", "a|\xc2\xa0|b", {64, 1849, 65}, 3},
     {"ideographic space", "x\xe3\x80\x80y", "x|\xe3\x80|\x80|y", {87, 5099, 222, 88}, 4},
     // (its tokens contain the bar that separates tokens here, so they are not spelled out)
@@ -483,7 +486,18 @@ static int split_tokens(const char *spec, char out[][32], int cap) {
     return n;
 }
 
+// The pre-tokenizer's letters and numbers are tiktoken's only when PCRE2's Unicode tables are the
+// same version (see data/bpe.h); tests/test_tiktoken.py compares every code point.
+static void test_unicode_version(void) {
+    char version[32];
+    bpe_unicode_version(version, sizeof(version));
+    CHECK(strcmp(version, BPE_UNICODE_VERSION) == 0,
+          "the linked PCRE2 has Unicode %s tables, tiktoken's are %s: link the PCRE2 that "
+          "scripts/build_pcre2.sh builds (the Makefile's default)", version, BPE_UNICODE_VERSION);
+}
+
 static void test_gpt2_cases(const BPE *bpe, BPEScratch *s) {
+    CHECK(bpe->regex_jit, "PCRE2 JIT-compiled GPT-2's pattern");
     for (size_t c = 0; c < sizeof(gpt2_cases) / sizeof(gpt2_cases[0]); c++) {
         const Case *k = &gpt2_cases[c];
         TokenList out = {0};
@@ -862,6 +876,7 @@ static void test_programs(const char *build, const char *vocab_dir, const char *
 int main(void) {
     rng = test_seed();
     if (!mkdtemp(tmp_dir)) die("mkdtemp: %s", strerror(errno));
+    test_unicode_version();
     test_tokenizer_file();
     test_synthetic_vocab();
     test_fatal_errors();
