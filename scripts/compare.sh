@@ -134,14 +134,10 @@ echo "compare: model $model, B=$B, T=$T, $steps steps, seed $seed; results in $o
 
 # ---- build and data ------------------------------------------------------------------------------
 # Every make variable is given on the command line, so that values inherited from a calling make
-# (ATTENTION, SANITIZE in `make check`) do not leak in. Where PCRE2's header is not installed
-# (the GPU machine), .carry/pcre2 holds it (see scripts/gpu_check.sh).
+# (ATTENTION, SANITIZE in `make check`) do not leak in.
 MAKE_CMD=${MAKE:-make}
 JOBS=${JOBS:-$(nproc)}
 makevars=(BACKEND="$backend" SANITIZE=0)
-if [ -f .carry/pcre2/usr/include/pcre2.h ]; then
-    makevars+=(EXTRA_CFLAGS=-I.carry/pcre2/usr/include PCRE2_LIBS=.carry/pcre2/usr/lib/x86_64-linux-gnu/libpcre2-8.a)
-fi
 build() {   # build ATTENTION TARGET...: quiet unless it fails; with --prebuilt, check they exist
     local attn=$1; shift
     if [ "$prebuilt" -eq 1 ]; then

@@ -5,8 +5,8 @@
 # Stages: env build test curves sanitize parity train long bench-attn bench-layers bench-infer
 # Logs go to $OUT (or out/gpu_check); a short table of results is printed last. Exits non-zero
 # when anything failed; after a failed build the stages that run its programs are skipped.
-# Where PCRE2's header is not installed, put it in .carry/pcre2 (dpkg -x of Debian's
-# libpcre2-dev; see docs/PERF.md "How these were measured").
+# The tokenizer links the project's own PCRE2 (deps/pcre2, built by scripts/setup.sh); where
+# setup cannot run (no network), carry deps/pcre2 from a machine where it did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -15,9 +15,6 @@ JOBS=$(nproc)
 SUMMARY="$OUT/summary.md"
 : > "$SUMMARY"
 MAKEVARS=()
-if [ -f .carry/pcre2/usr/include/pcre2.h ]; then
-    MAKEVARS+=(EXTRA_CFLAGS=-I.carry/pcre2/usr/include PCRE2_LIBS=.carry/pcre2/usr/lib/x86_64-linux-gnu/libpcre2-8.a)
-fi
 BENCH=${BENCH:-.carry/bench}      # ../shared/bench copied into the checkout
 TRAIN_DATA="-i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin"
 failures=0
