@@ -12,7 +12,11 @@
 // Directional derivative check: for a direction d inside one parameter tensor (or across all
 // of them), (L(p + eps d) - L(p - eps d)) / 2 eps against g . d, in fp32 with eps = 1e-3.
 // Two directions per tensor: random entries in [-1, 1], and the gradient itself scaled to a
-// largest entry of 1 (a large g . d, so that a wrong scale or sign stands out).
+// largest entry of 1 (a large g . d, so that a wrong scale or sign stands out). Across all
+// tensors at once, the gradient direction alone: a random direction over every parameter is
+// sqrt(n / 3) long, so eps d is no longer a small step, while its g . d, a sum of n terms of
+// both signs, is small; the difference then measures curvature and fp32 rounding rather than
+// the gradient (it failed that way about once in a hundred seeds, e.g. TEST_SEED=1796109607).
 // Tolerance: 1e-2 relative plus an absolute 3e-4, the rounding of an fp32 loss near 4
 // (about 5e-7) over 2 eps.
 static void check_gradients(GPT2 *m, const int *in, const int *tg, int B, int T,
@@ -32,7 +36,7 @@ static void check_gradients(GPT2 *m, const int *in, const int *tg, int B, int T,
         size_t hi = t < NUM_PARAMETER_TENSORS ? offset + m->param_sizes[t] : n;
         float gmax = 0.0f;
         for (size_t i = lo; i < hi; i++) gmax = fmaxf(gmax, fabsf(g[i]));
-        for (int aligned = 0; aligned <= 1; aligned++) {
+        for (int aligned = t == NUM_PARAMETER_TENSORS; aligned <= 1; aligned++) {
             memset(d, 0, n * sizeof(float));
             double gd = 0.0;
             for (size_t i = lo; i < hi; i++) {
@@ -117,6 +121,9 @@ static void test_overfit_one_batch(unsigned long long *rng) {
     gpt2_init_random(&m, tiny_config(12), 3);
     int B = 2, T = 12, in[24], tg[24];
     random_batch(in, tg, B * T, rng);
+    // two sequences that start with the same token have the same context at t = 0: with two
+    // different targets there, no model gets below 2 ln 2 / 24 = 0.058 (once in 61 seeds)
+    if (in[T] == in[0]) in[T] = (in[0] + 1) % tiny_config(1).vocab_size;
     float first = 0.0f, loss = 0.0f;
     for (int step = 1; step <= 300; step++) {
         gpt2_zero_grad(&m);
