@@ -47,6 +47,7 @@
 
 #include "../layers/cuda_common.cuh"
 #include "attention.h"
+#include "flash_sm90.h"
 
 // Tile shapes, overridable at build time (FLASH_FLAGS in tests/gpu/attention.mk) to compare:
 // query rows per warp of the forward at HS=64 (16 or 32; HS=128 always uses 16, since 32 rows
@@ -815,6 +816,10 @@ size_t attention_scratch_size(int B, int T, int NH, int HS) {
 void attention_forward(floatX *out, void *saved, void *scratch, const floatX *qkv, int B, int T,
                        int NH, int HS) {
     float *logsumexp = static_cast<float *>(saved);
+    if ((HS == 64 || HS == 128) && flash_sm90_enabled()) {   // Hopper: TMA + wgmma kernel
+        flash_sm90_forward(out, logsumexp, qkv, B, T, NH, HS);
+        return;
+    }
     switch (HS) {
         case 64: forward_launch<64, FLASH_FWD_WARP_ROWS>(out, logsumexp, qkv, B, T, NH); break;
         case 128: forward_launch<128, 16>(out, logsumexp, qkv, B, T, NH); break;

@@ -18,10 +18,11 @@ $(BUILD)/attention/%.cu.renamed.o: attention/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(call rename,$*) -c $< -o $@
 
-# what a GPU test or benchmark links besides its own object: both renamed attention backends,
+# what a GPU test or benchmark links besides its own object: both renamed attention backends
+# (and flash's Hopper forward, whose symbols need no renaming: only flash.cu calls them),
 # the CUDA layers (device set-up: cuda_stream, backend_init, error reporting) and utils
 ATTENTION_GPU_OBJ = $(BUILD)/attention/naive.cu.renamed.o $(BUILD)/attention/flash.cu.renamed.o \
-                    $(call obj,utils.c $(wildcard layers/*.cu))
+                    $(BUILD)/attention/flash_sm90.cu.o $(call obj,utils.c $(wildcard layers/*.cu))
 
 .PHONY: gpu-tests
 gpu-tests: $(BUILD)/tests/gpu/test_attention_gpu
