@@ -71,6 +71,12 @@ constexpr int kRowBytes = 128;         // bytes of one panel row
 // registers per thread after setmaxnreg: 128*24 + 256*240 = 64,512 of the SM's 65,536
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
+// Ping-pong: the two consumers take turns to issue their products (named barriers 1 and 2), so
+// that one warpgroup's softmax runs while the other's products use the tensor cores (build with
+// -DFLASH_SM90_PINGPONG=0 to let them run unordered, to compare)
+#ifndef FLASH_SM90_PINGPONG
+#define FLASH_SM90_PINGPONG 1
+#endif
 
 template <int HS>
 struct Shape {
@@ -137,6 +143,14 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+// bar.sync / bar.arrive on named barrier `id` (1..15; 0 is __syncthreads) counting n threads:
+// wait for the barrier / arrive without waiting
+__device__ __forceinline__ void named_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 // wgmma.fence: order earlier register writes (accumulators, A operands) before the next wgmma
 __device__ __forceinline__ void wgmma_fence() {
@@ -381,11 +395,24 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int i = 0; i < kBC / 4; i++) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
         };
 
+        // Turns: consumer c waits on barrier 1 + c before it issues products and then lets the
+        // other go (arrives on 2 - c). Consumer 1 lets consumer 0 go first, and skips its last
+        // hand-over, so that every wait has exactly one arrival to match.
+        auto my_turn = [&]() {
+            if (FLASH_SM90_PINGPONG) named_bar_sync(1 + c, 256);
+        };
+        auto your_turn = [&]() {
+            if (FLASH_SM90_PINGPONG) named_bar_arrive(2 - c, 256);
+        };
+        if (c == 1) your_turn();
+
         mbar_wait(&q_full, 0);
         mbar_wait(&kv_full[0], 0);
+        my_turn();
         wgmma_fence();
         gemm_qk<HS>(s, q, sK);
         wgmma_commit();
+        your_turn();
         wgmma_wait<0>();
         fence_regs(s);
         softmax_tile(0);
@@ -394,11 +421,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int j = 1; j < kv_tiles; j++) {
             const int st = j % STAGES, prev = (j - 1) % STAGES;
             mbar_wait(&kv_full[st], (j / STAGES) & 1);
+            my_turn();
             wgmma_fence();
             gemm_qk<HS>(s, q, sK + st * S::KV_BYTES);
             wgmma_commit();
             gemm_pv<HS>(o, p, sV + prev * S::KV_BYTES);
             wgmma_commit();
+            your_turn();
             wgmma_wait<1>();   // S_j is done; P_{j-1} V_{j-1} may still run
             fence_regs(s);
             softmax_tile(j);
@@ -410,9 +439,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int i = 0; i < HS / 2; i++) o[i] *= alpha[frag_row(i) / 8];
             to_bf16();
         }
+        my_turn();
         wgmma_fence();
         gemm_pv<HS>(o, p, sV + ((kv_tiles - 1) % STAGES) * S::KV_BYTES);
         wgmma_commit();
+        if (c == 0) your_turn();
         wgmma_wait<0>();
         fence_regs(o);
         // (the last stage needs no release: nothing more is loaded)
