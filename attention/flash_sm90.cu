@@ -62,30 +62,42 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-constexpr int kBR = 128;               // query rows of a CTA (2 consumer warpgroups x 64)
 constexpr int kBC = 128;               // key/value rows of a tile
-constexpr int kConsumers = 2;          // consumer warpgroups
-constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kPanelCols = 64;         // bf16 columns of one 128-byte swizzled panel row
 constexpr int kRowBytes = 128;         // bytes of one panel row
-// registers per thread after setmaxnreg: 128*24 + 256*240 = 64,512 of the SM's 65,536
-constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = 240;
-// Ping-pong: the two consumers take turns to issue their products (named barriers 1 and 2), so
-// that one warpgroup's softmax runs while the other's products use the tensor cores (build with
-// -DFLASH_SM90_PINGPONG=0 to let them run unordered, to compare)
+constexpr int kProducerRegs = 24;      // registers per producer thread after setmaxnreg
+// Variants, to compare (FLASH_FLAGS in tests/gpu/attention.mk):
+//   FLASH_SM90_PINGPONG   1: the consumers take turns to issue their products (named barriers
+//                         1..CONSUMERS), so that one warpgroup's softmax runs while another's
+//                         products use the tensor cores; 0: they run unordered
+//   FLASH_SM90_CONSUMERS64  consumer warpgroups at HS=64 (2 or 3; HS=128 always has 2)
+//   FLASH_SM90_STAGES128    K/V ring depth at HS=128 (2 or 3; shared memory allows 3)
 #ifndef FLASH_SM90_PINGPONG
 #define FLASH_SM90_PINGPONG 1
+#endif
+#ifndef FLASH_SM90_CONSUMERS64
+#define FLASH_SM90_CONSUMERS64 2
+#endif
+#ifndef FLASH_SM90_STAGES128
+#define FLASH_SM90_STAGES128 2
 #endif
 
 template <int HS>
 struct Shape {
-    static constexpr int STAGES = HS == 64 ? 4 : 2;   // K/V ring depth (shared memory bound)
+    static constexpr int CONSUMERS = HS == 64 ? FLASH_SM90_CONSUMERS64 : 2;
+    static constexpr int BR = 64 * CONSUMERS;         // query rows of a CTA
+    static constexpr int THREADS = 128 * (1 + CONSUMERS);
+    // registers per consumer thread: what the producer leaves of the SM's 65,536, a multiple
+    // of 8 (2 consumers: 128*24 + 256*240 = 64,512; 3: 128*24 + 384*160 = 64,512)
+    static constexpr int CONSUMER_REGS = (65536 / 128 - kProducerRegs) / CONSUMERS / 8 * 8;
+    static constexpr int STAGES = HS == 64 ? 4 : FLASH_SM90_STAGES128;   // K/V ring depth
     static constexpr int PANELS = HS / kPanelCols;
-    static constexpr int Q_BYTES = kBR * HS * 2;
+    static constexpr int Q_BYTES = BR * HS * 2;
     static constexpr int KV_BYTES = kBC * HS * 2;     // one K or one V tile
     // + 1024: the dynamic shared memory is aligned up to 1024 bytes (the swizzle's period)
     static constexpr size_t SMEM = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES;
+    static_assert(SMEM <= 227 * 1024, "shared memory of one CTA");
+    static_assert(CONSUMER_REGS <= 256, "setmaxnreg takes at most 256");
 };
 
 // ---- the Hopper vocabulary: each wrapper holds one PTX instruction -----------------------------
@@ -262,7 +274,7 @@ template <int HS>
 __device__ __forceinline__ void gemm_qk(float (&s)[kBC / 2], uint32_t q, uint32_t k) {
 #pragma unroll
     for (int ks = 0; ks < HS / 16; ks++) {
-        const uint32_t off_q = (ks / 4) * kBR * kRowBytes + (ks % 4) * 32;
+        const uint32_t off_q = (ks / 4) * Shape<HS>::BR * kRowBytes + (ks % 4) * 32;
         const uint32_t off_k = (ks / 4) * kBC * kRowBytes + (ks % 4) * 32;
         wgmma_ss<kBC>(s, smem_desc(q + off_q, 16, 8 * kRowBytes),
                       smem_desc(k + off_k, 16, 8 * kRowBytes), ks > 0);
@@ -314,43 +326,45 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBC / 2], float (&m)[2
 // (shared memory and registers both allow only one).
 // ================================================================================================
 template <int HS>
-__global__ void __launch_bounds__(kThreads, 1)
-    flash_forward_sm90_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16 *__restrict__ out,
+__global__ void __launch_bounds__(Shape<HS>::THREADS, 1)
+    flash_forward_sm90_kernel(const __grid_constant__ CUtensorMap q_map,
+                              const __grid_constant__ CUtensorMap kv_map, bf16 *__restrict__ out,
                               float *__restrict__ logsumexp, int T, int NH, int BNH, int q_tiles,
                               float scale_log2) {
     using S = Shape<HS>;
-    constexpr int STAGES = S::STAGES;
+    constexpr int STAGES = S::STAGES, BR = S::BR, CONSUMERS = S::CONSUMERS;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t q_full, kv_full[STAGES], kv_empty[STAGES];
-    const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;   // Q tile [panel][128][64]
+    const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;   // Q tile [panel][BR][64]
     const uint32_t sK = sQ + S::Q_BYTES;                         // K stages [STAGES][panel][128][64]
     const uint32_t sV = sK + STAGES * S::KV_BYTES;               // V stages, the same
 
     const int bh = blockIdx.x % BNH;
     const int q_tile = q_tiles - 1 - blockIdx.x / BNH;   // heaviest tiles first
     const int b = bh / NH, h = bh % NH;
-    const int q0 = q_tile * kBR;
-    const int kv_tiles = (min(q0 + kBR, T) + kBC - 1) / kBC;   // causal: keys < q0 + kBR
+    const int q0 = q_tile * BR;
+    const int kv_tiles = (min(q0 + BR, T) + kBC - 1) / kBC;   // causal: keys < q0 + BR
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
         mbar_init(&q_full, 1);
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&kv_full[s], 1);
-            mbar_init(&kv_empty[s], 128 * kConsumers);
+            mbar_init(&kv_empty[s], 128 * CONSUMERS);
         }
         mbar_fence_init();
     }
     __syncthreads();
 
     if (wg == 0) {
-        // ---- producer: one thread issues every copy; the tensor map's coordinates are
-        // {column, part * NH + head, row, batch} with part 0, 1, 2 = q, k, v
+        // ---- producer: one thread issues every copy; the tensor maps' coordinates are
+        // {column, part * NH + head, row, batch} with part 0, 1, 2 = q, k, v (q_map's boxes
+        // have BR rows, kv_map's kBC)
         setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x == 0) {
             mbar_arrive_expect_tx(&q_full, S::Q_BYTES);
             for (int p = 0; p < S::PANELS; p++)
-                tma_load_4d(sQ + p * kBR * kRowBytes, &qkv_map, &q_full, p * kPanelCols, h, q0, b);
+                tma_load_4d(sQ + p * BR * kRowBytes, &q_map, &q_full, p * kPanelCols, h, q0, b);
             for (int j = 0; j < kv_tiles; j++) {
                 const int st = j % STAGES;
                 mbar_wait(&kv_empty[st], ((j / STAGES) & 1) ^ 1);   // round 0 passes at once
@@ -358,14 +372,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const uint32_t k_dst = sK + st * S::KV_BYTES, v_dst = sV + st * S::KV_BYTES;
                 for (int p = 0; p < S::PANELS; p++) {
                     const uint32_t off = p * kBC * kRowBytes;
-                    tma_load_4d(k_dst + off, &qkv_map, &kv_full[st], p * kPanelCols, NH + h, j * kBC, b);
-                    tma_load_4d(v_dst + off, &qkv_map, &kv_full[st], p * kPanelCols, 2 * NH + h, j * kBC, b);
+                    tma_load_4d(k_dst + off, &kv_map, &kv_full[st], p * kPanelCols, NH + h, j * kBC, b);
+                    tma_load_4d(v_dst + off, &kv_map, &kv_full[st], p * kPanelCols, 2 * NH + h, j * kBC, b);
                 }
             }
         }
     } else {
         // ---- consumer c: query rows q0 + 64c .. q0 + 64c + 63
-        setmaxnreg_inc<kConsumerRegs>();
+        setmaxnreg_inc<S::CONSUMER_REGS>();
         const int c = wg - 1;
         const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
         const int wg_row0 = q0 + 64 * c;
@@ -395,16 +409,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int i = 0; i < kBC / 4; i++) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
         };
 
-        // Turns: consumer c waits on barrier 1 + c before it issues products and then lets the
-        // other go (arrives on 2 - c). Consumer 1 lets consumer 0 go first, and skips its last
-        // hand-over, so that every wait has exactly one arrival to match.
+        // Turns, round robin: consumer c waits on barrier 1 + c before it issues products, then
+        // hands over to the next (arrives on its barrier). The last consumer lets consumer 0 go
+        // first and skips its own last hand-over, so that every wait has one arrival to match.
         auto my_turn = [&]() {
             if (FLASH_SM90_PINGPONG) named_bar_sync(1 + c, 256);
         };
         auto your_turn = [&]() {
-            if (FLASH_SM90_PINGPONG) named_bar_arrive(2 - c, 256);
+            if (FLASH_SM90_PINGPONG) named_bar_arrive(1 + (c + 1) % CONSUMERS, 256);
         };
-        if (c == 1) your_turn();
+        if (c == CONSUMERS - 1) your_turn();
 
         mbar_wait(&q_full, 0);
         mbar_wait(&kv_full[0], 0);
@@ -443,7 +457,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_fence();
         gemm_pv<HS>(o, p, sV + ((kv_tiles - 1) % STAGES) * S::KV_BYTES);
         wgmma_commit();
-        if (c == 0) your_turn();
+        if (c != CONSUMERS - 1) your_turn();
         wgmma_wait<0>();
         fence_regs(o);
         // (the last stage needs no release: nothing more is loaded)
@@ -488,29 +502,30 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // The tensor map of a packed qkv buffer: a 4-D bf16 tensor {HS, 3*NH, T, B} (innermost first),
-// boxes of {64 columns, 1 head, 128 rows, 1 batch}, 128-byte swizzle, zeros outside. A map is a
-// function of (pointer, shape) alone, so maps are kept in a small table: each layer's qkv buffer
-// is encoded once, and a buffer freed and reallocated at the same address gets the same map.
-const CUtensorMap *qkv_tensor_map(const bf16 *qkv, int B, int T, int NH, int HS) {
+// boxes of {64 columns, 1 head, `rows` rows, 1 batch}, 128-byte swizzle, zeros outside. A map is
+// a function of (pointer, shape, box) alone, so maps are kept in a small table: each layer's qkv
+// buffer is encoded once, and a buffer freed and reallocated at the same address gets the same map.
+const CUtensorMap *qkv_tensor_map(const bf16 *qkv, int B, int T, int NH, int HS, int rows) {
     struct Entry {
         const bf16 *qkv;
-        int B, T, NH, HS;
+        int B, T, NH, HS, rows;
         CUtensorMap map;
     };
     static Entry table[64];
     static int used = 0, next = 0;
     for (int i = 0; i < used; i++) {
         const Entry &e = table[i];
-        if (e.qkv == qkv && e.B == B && e.T == T && e.NH == NH && e.HS == HS) return &e.map;
+        if (e.qkv == qkv && e.B == B && e.T == T && e.NH == NH && e.HS == HS && e.rows == rows)
+            return &e.map;
     }
     Entry &e = table[next];
     next = (next + 1) % 64;
     if (used < 64) used++;
-    e = Entry{qkv, B, T, NH, HS, {}};
+    e = Entry{qkv, B, T, NH, HS, rows, {}};
     const cuuint64_t dims[4] = {(cuuint64_t)HS, (cuuint64_t)3 * NH, (cuuint64_t)T, (cuuint64_t)B};
     const cuuint64_t strides[3] = {(cuuint64_t)HS * 2, (cuuint64_t)3 * NH * HS * 2,
                                    (cuuint64_t)T * 3 * NH * HS * 2};   // bytes, of dims 1..3
-    const cuuint32_t box[4] = {kPanelCols, 1, kBC, 1};
+    const cuuint32_t box[4] = {kPanelCols, 1, (cuuint32_t)rows, 1};
     const cuuint32_t unit[4] = {1, 1, 1, 1};
     const CUresult r = tensor_map_encoder()(
         &e.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<bf16 *>(qkv), dims, strides, box,
@@ -518,7 +533,7 @@ const CUtensorMap *qkv_tensor_map(const bf16 *qkv, int B, int T, int NH, int HS)
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         fprintf(stderr, "error: flash_sm90: cuTensorMapEncodeTiled failed (%d) for qkv %p, B=%d "
-                "T=%d NH=%d HS=%d\n", (int)r, (const void *)qkv, B, T, NH, HS);
+                "T=%d NH=%d HS=%d, boxes of %d rows\n", (int)r, (const void *)qkv, B, T, NH, HS, rows);
         exit(1);
     }
     return &e.map;
@@ -533,10 +548,13 @@ void forward_launch(bf16 *out, float *logsumexp, const bf16 *qkv, int B, int T, 
                                         (int)Shape<HS>::SMEM));
         smem_set = true;
     }
-    const int q_tiles = ceil_div(T, kBR);
+    using S = Shape<HS>;
+    const int q_tiles = ceil_div(T, S::BR);
     const float scale_log2 = kLog2e / sqrtf((float)HS);
-    flash_forward_sm90_kernel<HS><<<q_tiles * B * NH, kThreads, Shape<HS>::SMEM, cuda_stream>>>(
-        *qkv_tensor_map(qkv, B, T, NH, HS), out, logsumexp, T, NH, B * NH, q_tiles, scale_log2);
+    const CUtensorMap q_map = *qkv_tensor_map(qkv, B, T, NH, HS, S::BR);
+    const CUtensorMap kv_map = *qkv_tensor_map(qkv, B, T, NH, HS, kBC);
+    flash_forward_sm90_kernel<HS><<<q_tiles * B * NH, S::THREADS, S::SMEM, cuda_stream>>>(
+        q_map, kv_map, out, logsumexp, T, NH, B * NH, q_tiles, scale_log2);
     LAUNCH_CHECK();
 }
 
