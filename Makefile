@@ -49,7 +49,8 @@ ifeq ($(BACKEND),cuda)
 CFLAGS += -DBACKEND_CUDA
 # flash: the mma.sync kernels (flash.cu, for CUDA_ARCH) and the Hopper forward (flash_sm90.cu,
 # for sm_90a), one fat binary: flash.cu picks at run time from the device's compute capability
-BACKEND_SRC = $(wildcard layers/*.cu) attention/$(ATTENTION).cu $(if $(filter flash,$(ATTENTION)),attention/flash_sm90.cu)
+ATTENTION_CUDA_SRC = attention/$(ATTENTION).cu $(if $(filter flash,$(ATTENTION)),attention/flash_sm90.cu)
+BACKEND_SRC = $(wildcard layers/*.cu) $(ATTENTION_CUDA_SRC)
 LINK = $(NVCC) -arch=$(CUDA_ARCH) $(LDFLAGS)
 LDLIBS = -lm -lgomp -lcublas -lcublasLt -lnccl
 else

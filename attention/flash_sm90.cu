@@ -8,7 +8,8 @@
 // (wgmma and setmaxnreg exist only there), while flash.cu is built for CUDA_ARCH. flash.cu calls
 // flash_sm90_forward when flash_sm90_enabled() says the device is compute capability 9.0.
 //
-// ---- the tile picture: one CTA = one 128-row query tile of one head, 3 warpgroups ---------------
+// ---- the tile picture: one CTA = one query tile of BR = 64 x CONSUMERS rows of one head --------
+// (CONSUMERS = 2, BR = 128, drawn; 3 and 192 at HS=64 beyond T=1024, see Shape)
 //
 //   global qkv ──TMA──► shared memory                            registers (per consumer warpgroup)
 //                       ┌─────────────┐
@@ -22,9 +23,10 @@
 //   producer warpgroup 0 (24 registers/thread): one thread issues  ─┘  at the end: O / l -> out,
 //   every TMA copy; consumers 1, 2 (240 registers/thread).              logsumexp -> saved
 //
-// Per consumer, in time (tile j's softmax runs while tile j-1's P V is on the tensor cores):
-//   wait full[j]; issue S_j = Q K_j^T; issue O += P_{j-1} V_{j-1}; wait S_j
-//   softmax(S_j) in place (fp32 exp2 values; P_{j-1} registers still being read)
+// Per consumer, in time (tile j's softmax runs while tile j-1's P V is on the tensor cores, and
+// while the other consumer's products are):
+//   wait full[j]; wait for my turn; issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}; pass the turn
+//   wait S_j; softmax(S_j) in place (fp32 exp2 values; P_{j-1} registers still being read)
 //   wait P V; arrive empty[j-1]; O *= alpha_j; P_j = bf16(S_j)
 // and finally O += P_last V_last. The producer runs up to S stages ahead of the consumers.
 //
@@ -66,31 +68,26 @@ constexpr int kBC = 128;               // key/value rows of a tile
 constexpr int kPanelCols = 64;         // bf16 columns of one 128-byte swizzled panel row
 constexpr int kRowBytes = 128;         // bytes of one panel row
 constexpr int kProducerRegs = 24;      // registers per producer thread after setmaxnreg
-// Variants, to compare (FLASH_FLAGS in tests/gpu/attention.mk):
-//   FLASH_SM90_PINGPONG   1: the consumers take turns to issue their products (named barriers
-//                         1..CONSUMERS), so that one warpgroup's softmax runs while another's
-//                         products use the tensor cores; 0: they run unordered
-//   FLASH_SM90_CONSUMERS64  consumer warpgroups at HS=64 (2 or 3; HS=128 always has 2)
-//   FLASH_SM90_STAGES128    K/V ring depth at HS=128 (2 or 3; shared memory allows 3)
+// Ping-pong: the consumers take turns to issue their products (named barriers 1..CONSUMERS), so
+// that one warpgroup's softmax runs while another's products use the tensor cores. Build with
+// -DFLASH_SM90_PINGPONG=0 (FLASH_FLAGS in tests/gpu/attention.mk) to let them run unordered.
 #ifndef FLASH_SM90_PINGPONG
 #define FLASH_SM90_PINGPONG 1
 #endif
-#ifndef FLASH_SM90_CONSUMERS64
-#define FLASH_SM90_CONSUMERS64 2
-#endif
-#ifndef FLASH_SM90_STAGES128
-#define FLASH_SM90_STAGES128 2
-#endif
 
-template <int HS>
+// The shapes measured best on an H200 (docs/PERF.md, "Hopper forward"): HS=128, 2 consumers and
+// a 3-stage ring (all the shared memory there is; 2 stages left the consumers waiting for K/V);
+// HS=64, a 4-stage ring and 3 consumers (192-row query tiles) except at T <= 1024, where 2
+// consumers' smaller tiles make more CTAs and waste less of the diagonal tiles (flash_sm90_forward)
+template <int HS, int CONSUMERS_>
 struct Shape {
-    static constexpr int CONSUMERS = HS == 64 ? FLASH_SM90_CONSUMERS64 : 2;
+    static constexpr int CONSUMERS = CONSUMERS_;      // consumer warpgroups, 64 query rows each
     static constexpr int BR = 64 * CONSUMERS;         // query rows of a CTA
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     // registers per consumer thread: what the producer leaves of the SM's 65,536, a multiple
     // of 8 (2 consumers: 128*24 + 256*240 = 64,512; 3: 128*24 + 384*160 = 64,512)
     static constexpr int CONSUMER_REGS = (65536 / 128 - kProducerRegs) / CONSUMERS / 8 * 8;
-    static constexpr int STAGES = HS == 64 ? 4 : FLASH_SM90_STAGES128;   // K/V ring depth
+    static constexpr int STAGES = HS == 64 ? 4 : 3;   // K/V ring depth
     static constexpr int PANELS = HS / kPanelCols;
     static constexpr int Q_BYTES = BR * HS * 2;
     static constexpr int KV_BYTES = kBC * HS * 2;     // one K or one V tile
@@ -269,12 +266,13 @@ __device__ __forceinline__ int frag_col(int i) { return 8 * (i >> 2) + (i & 1); 
 
 // ---- the two products of one tile ----------------------------------------------------------------
 
-// s = Q K^T for this warpgroup's 64 query rows (q: their first row in the Q tile, k: a K stage)
-template <int HS>
+// s = Q K^T for this warpgroup's 64 query rows (q: their first row in the Q tile of BR rows,
+// k: a K stage)
+template <int HS, int BR>
 __device__ __forceinline__ void gemm_qk(float (&s)[kBC / 2], uint32_t q, uint32_t k) {
 #pragma unroll
     for (int ks = 0; ks < HS / 16; ks++) {
-        const uint32_t off_q = (ks / 4) * Shape<HS>::BR * kRowBytes + (ks % 4) * 32;
+        const uint32_t off_q = (ks / 4) * BR * kRowBytes + (ks % 4) * 32;
         const uint32_t off_k = (ks / 4) * kBC * kRowBytes + (ks % 4) * 32;
         wgmma_ss<kBC>(s, smem_desc(q + off_q, 16, 8 * kRowBytes),
                       smem_desc(k + off_k, 16, 8 * kRowBytes), ks > 0);
@@ -325,13 +323,13 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBC / 2], float (&m)[2
 // key tiles under the causal mask) first, so that the short ones fill the tail. One CTA per SM
 // (shared memory and registers both allow only one).
 // ================================================================================================
-template <int HS>
-__global__ void __launch_bounds__(Shape<HS>::THREADS, 1)
+template <int HS, int CONSUMERS_>
+__global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
     flash_forward_sm90_kernel(const __grid_constant__ CUtensorMap q_map,
                               const __grid_constant__ CUtensorMap kv_map, bf16 *__restrict__ out,
                               float *__restrict__ logsumexp, int T, int NH, int BNH, int q_tiles,
                               float scale_log2) {
-    using S = Shape<HS>;
+    using S = Shape<HS, CONSUMERS_>;
     constexpr int STAGES = S::STAGES, BR = S::BR, CONSUMERS = S::CONSUMERS;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t q_full, kv_full[STAGES], kv_empty[STAGES];
@@ -424,7 +422,7 @@ __global__ void __launch_bounds__(Shape<HS>::THREADS, 1)
         mbar_wait(&kv_full[0], 0);
         my_turn();
         wgmma_fence();
-        gemm_qk<HS>(s, q, sK);
+        gemm_qk<HS, BR>(s, q, sK);
         wgmma_commit();
         your_turn();
         wgmma_wait<0>();
@@ -437,7 +435,7 @@ __global__ void __launch_bounds__(Shape<HS>::THREADS, 1)
             mbar_wait(&kv_full[st], (j / STAGES) & 1);
             my_turn();
             wgmma_fence();
-            gemm_qk<HS>(s, q, sK + st * S::KV_BYTES);
+            gemm_qk<HS, BR>(s, q, sK + st * S::KV_BYTES);
             wgmma_commit();
             gemm_pv<HS>(o, p, sV + prev * S::KV_BYTES);
             wgmma_commit();
@@ -539,21 +537,20 @@ const CUtensorMap *qkv_tensor_map(const bf16 *qkv, int B, int T, int NH, int HS,
     return &e.map;
 }
 
-template <int HS>
+template <int HS, int CONSUMERS>
 void forward_launch(bf16 *out, float *logsumexp, const bf16 *qkv, int B, int T, int NH) {
+    using S = Shape<HS, CONSUMERS>;
     static bool smem_set = false;
     if (!smem_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_sm90_kernel<HS>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)Shape<HS>::SMEM));
+        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_sm90_kernel<HS, CONSUMERS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM));
         smem_set = true;
     }
-    using S = Shape<HS>;
     const int q_tiles = ceil_div(T, S::BR);
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     const CUtensorMap q_map = *qkv_tensor_map(qkv, B, T, NH, HS, S::BR);
     const CUtensorMap kv_map = *qkv_tensor_map(qkv, B, T, NH, HS, kBC);
-    flash_forward_sm90_kernel<HS><<<q_tiles * B * NH, S::THREADS, S::SMEM, cuda_stream>>>(
+    flash_forward_sm90_kernel<HS, CONSUMERS><<<q_tiles * B * NH, S::THREADS, S::SMEM, cuda_stream>>>(
         q_map, kv_map, out, logsumexp, T, NH, B * NH, q_tiles, scale_log2);
     LAUNCH_CHECK();
 }
@@ -575,6 +572,7 @@ bool flash_sm90_enabled() {
 
 void flash_sm90_forward(floatX *out, float *logsumexp, const floatX *qkv, int B, int T, int NH,
                         int HS) {
-    if (HS == 64) forward_launch<64>(BF(out), logsumexp, CBF(qkv), B, T, NH);
-    else forward_launch<128>(BF(out), logsumexp, CBF(qkv), B, T, NH);
+    if (HS == 128) forward_launch<128, 2>(BF(out), logsumexp, CBF(qkv), B, T, NH);
+    else if (T <= 1024) forward_launch<64, 2>(BF(out), logsumexp, CBF(qkv), B, T, NH);
+    else forward_launch<64, 3>(BF(out), logsumexp, CBF(qkv), B, T, NH);
 }
