@@ -4,6 +4,10 @@
 // Nothing of size T x T ever reaches device memory. The forward keeps one logsumexp per row;
 // the backward recomputes the probabilities tile by tile from Q, K and that logsumexp.
 //
+// On Hopper (compute capability 9.0) the forward is flash_sm90.cu's TMA + wgmma kernel instead
+// (chosen at run time in attention_forward; both are in every flash build); it saves the same
+// logsumexp, so the backward below serves both.
+//
 // ---- notation -------------------------------------------------------------------------------
 // Per head (b, h): Q, K, V, O, dO are (T, HS) views of the packed tensors, read and written in
 // place (row stride 3*C in qkv and dqkv, C in out and dout; C = NH*HS), so no permute kernels.
