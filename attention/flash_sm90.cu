@@ -13,11 +13,11 @@
 //
 //   global qkv ──TMA──► shared memory                            registers (per consumer warpgroup)
 //                       ┌─────────────┐
-//   Q rows q0..q0+127 ─►│ Q  128 x HS │── rows 0-63 ──► consumer 0 ─┐  S = Q K^T  64x128 fp32 (wgmma,
+//   Q rows q0..q0+127 ─►│ Q  128 x HS │── rows 0-63 ──► consumer 0 ─┐  S = QK^T 64x128 fp32 (wgmma,
 //     (once)            │             │── rows 64-127 ► consumer 1 ─┤        Q and K from shared)
 //                       ├─────────────┤                             │  online softmax: m, l, P=exp2
 //   K, V tile j    ───► │ stage j % S │  full[s]: TMA bytes landed  │  P -> bf16 A-operand regs
-//     (128 rows)        │  K 128 x HS │ ◄────────────────────────── │  O += P V   64xHS fp32 (wgmma,
+//     (128 rows)        │  K 128 x HS │ ◄────────────────────────── │  O += P V  64xHS fp32 (wgmma,
 //                       │  V 128 x HS │  empty[s]: 256 consumer     │        P from registers,
 //                       └─────────────┘  threads done with stage s  │        V from shared)
 //   producer warpgroup 0 (24 registers/thread): one thread issues  ─┘  at the end: O / l -> out,
@@ -98,6 +98,9 @@ struct Shape {
 };
 
 // ---- the Hopper vocabulary: each wrapper holds one PTX instruction -----------------------------
+// (No fence.proxy.async is needed here: shared memory is written only by TMA and read only by
+// wgmma, both in the async proxy, ordered by the mbarriers; nothing there is written by ordinary
+// stores.)
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -201,7 +204,8 @@ __device__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int accumula
 template <int N>
 __device__ void wgmma_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b);
 template <>
-__device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+__device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], uint64_t a, uint64_t b,
+                                              int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -210,31 +214,36 @@ __device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], uint64_t a, uint64
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
         : "l"(a), "l"(b), "r"(accumulate));
 }
 template <>
-__device__ __forceinline__ void wgmma_rs_tb<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+__device__ __forceinline__ void wgmma_rs_tb<64>(float (&d)[32], const uint32_t (&a)[4],
+                                                uint64_t b) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
         "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 template <>
-__device__ __forceinline__ void wgmma_rs_tb<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+__device__ __forceinline__ void wgmma_rs_tb<128>(float (&d)[64], const uint32_t (&a)[4],
+                                                 uint64_t b) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -242,14 +251,16 @@ __device__ __forceinline__ void wgmma_rs_tb<128>(float (&d)[64], const uint32_t 
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
@@ -259,12 +270,12 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-// ---- fragment arithmetic (see the top of the file), written once ---------------------------------
+// ---- fragment arithmetic (see the top of the file), written once --------------------------------
 // row and column of accumulator register i, relative to the thread's first row and column
 __device__ __forceinline__ int frag_row(int i) { return 8 * ((i >> 1) & 1); }
 __device__ __forceinline__ int frag_col(int i) { return 8 * (i >> 2) + (i & 1); }
 
-// ---- the two products of one tile ----------------------------------------------------------------
+// ---- the two products of one tile ---------------------------------------------------------------
 
 // s = Q K^T for this warpgroup's 64 query rows (q: their first row in the Q tile of BR rows,
 // k: a K stage)
@@ -280,7 +291,8 @@ __device__ __forceinline__ void gemm_qk(float (&s)[kBC / 2], uint32_t q, uint32_
 }
 // o += P V (p: P as bf16 pairs, 4 registers per k-step of 16 keys; v: a V stage)
 template <int HS>
-__device__ __forceinline__ void gemm_pv(float (&o)[HS / 2], const uint32_t (&p)[kBC / 4], uint32_t v) {
+__device__ __forceinline__ void gemm_pv(float (&o)[HS / 2], const uint32_t (&p)[kBC / 4],
+                                        uint32_t v) {
 #pragma unroll
     for (int kk = 0; kk < kBC / 16; kk++) {
         const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
@@ -288,7 +300,7 @@ __device__ __forceinline__ void gemm_pv(float (&o)[HS / 2], const uint32_t (&p)[
     }
 }
 
-// ---- online softmax over one tile ------------------------------------------------------------------
+// ---- online softmax over one tile ---------------------------------------------------------------
 // The thread's two rows (hf = 0, 1: rows g and g+8 of its warp) each have a running max m (raw
 // logits) and a running partial sum l over the thread's columns (summed over the 4 threads of a
 // row only at the end). s holds the tile's logits and leaves holding exp2((s - m_new) * scale
@@ -334,8 +346,8 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t q_full, kv_full[STAGES], kv_empty[STAGES];
     const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;   // Q tile [panel][BR][64]
-    const uint32_t sK = sQ + S::Q_BYTES;                         // K stages [STAGES][panel][128][64]
-    const uint32_t sV = sK + STAGES * S::KV_BYTES;               // V stages, the same
+    const uint32_t sK = sQ + S::Q_BYTES;             // K stages [STAGES][panel][128][64]
+    const uint32_t sV = sK + STAGES * S::KV_BYTES;   // V stages, the same
 
     const int bh = blockIdx.x % BNH;
     const int q_tile = q_tiles - 1 - blockIdx.x / BNH;   // heaviest tiles first
@@ -370,8 +382,10 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
                 const uint32_t k_dst = sK + st * S::KV_BYTES, v_dst = sV + st * S::KV_BYTES;
                 for (int p = 0; p < S::PANELS; p++) {
                     const uint32_t off = p * kBC * kRowBytes;
-                    tma_load_4d(k_dst + off, &kv_map, &kv_full[st], p * kPanelCols, NH + h, j * kBC, b);
-                    tma_load_4d(v_dst + off, &kv_map, &kv_full[st], p * kPanelCols, 2 * NH + h, j * kBC, b);
+                    tma_load_4d(k_dst + off, &kv_map, &kv_full[st], p * kPanelCols, NH + h,
+                                j * kBC, b);
+                    tma_load_4d(v_dst + off, &kv_map, &kv_full[st], p * kPanelCols, 2 * NH + h,
+                                j * kBC, b);
                 }
             }
         }
@@ -480,7 +494,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
     }
 }
 
-// ---- host side ------------------------------------------------------------------------------------
+// ---- host side ----------------------------------------------------------------------------------
 
 // cuTensorMapEncodeTiled from the driver, found through the runtime (so no -lcuda)
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -531,7 +545,8 @@ const CUtensorMap *qkv_tensor_map(const bf16 *qkv, int B, int T, int NH, int HS,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         fprintf(stderr, "error: flash_sm90: cuTensorMapEncodeTiled failed (%d) for qkv %p, B=%d "
-                "T=%d NH=%d HS=%d, boxes of %d rows\n", (int)r, (const void *)qkv, B, T, NH, HS, rows);
+                "T=%d NH=%d HS=%d, boxes of %d rows\n", (int)r, (const void *)qkv, B, T, NH, HS,
+                rows);
         exit(1);
     }
     return &e.map;
@@ -550,7 +565,8 @@ void forward_launch(bf16 *out, float *logsumexp, const bf16 *qkv, int B, int T, 
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     const CUtensorMap q_map = *qkv_tensor_map(qkv, B, T, NH, HS, S::BR);
     const CUtensorMap kv_map = *qkv_tensor_map(qkv, B, T, NH, HS, kBC);
-    flash_forward_sm90_kernel<HS, CONSUMERS><<<q_tiles * B * NH, S::THREADS, S::SMEM, cuda_stream>>>(
+    const int blocks = q_tiles * B * NH;
+    flash_forward_sm90_kernel<HS, CONSUMERS><<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(
         q_map, kv_map, out, logsumexp, T, NH, B * NH, q_tiles, scale_log2);
     LAUNCH_CHECK();
 }
