@@ -40,7 +40,9 @@ PCRE2_LIBS ?= $(PCRE2_PREFIX)/lib/libpcre2-8.a
 CFLAGS = $(OPT) -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -MMD -MP $(PCRE2_CFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS = $(EXTRA_LDFLAGS)
 LDLIBS = -lm -lgomp
-NVCCFLAGS = -O3 -arch=$(CUDA_ARCH) --use_fast_math -std=c++17 -DBACKEND_CUDA -MMD -MP \
+# NVCC_ARCH: the target of device code; attention/flash_sm90.cu always gets sm_90a (its rule below)
+NVCC_ARCH = -arch=$(CUDA_ARCH)
+NVCCFLAGS = -O3 $(NVCC_ARCH) --use_fast_math -std=c++17 -DBACKEND_CUDA -MMD -MP \
             -Xcompiler -Wall,-Wno-unused-parameter $(EXTRA_NVCCFLAGS)
 
 VARIANT = $(BACKEND)-$(ATTENTION)
@@ -56,7 +58,10 @@ CORE_SRC = gpt2.c gpt2_decode.c sampler.c utils.c data/dataloader.c data/tokeniz
 BPE_SRC = data/bpe.c
 ifeq ($(BACKEND),cuda)
 CFLAGS += -DBACKEND_CUDA
-BACKEND_SRC = $(wildcard layers/*.cu) attention/$(ATTENTION).cu
+# flash: the mma.sync kernels (flash.cu, for CUDA_ARCH) and the Hopper forward (flash_sm90.cu,
+# for sm_90a), one fat binary: flash.cu picks at run time from the device's compute capability
+ATTENTION_CUDA_SRC = attention/$(ATTENTION).cu $(if $(filter flash,$(ATTENTION)),attention/flash_sm90.cu)
+BACKEND_SRC = $(wildcard layers/*.cu) $(ATTENTION_CUDA_SRC)
 LINK = $(NVCC) -arch=$(CUDA_ARCH) $(LDFLAGS)
 LDLIBS = -lm -lgomp -lcublas -lcublasLt -lnccl
 else
@@ -139,6 +144,10 @@ $(CPU_REF_NAMES): $(CPU_REF_OBJ)
 	     $$1 ~ /^[A-Za-z_][A-Za-z0-9_]*$$/ { def = def "#define " $$1 " " $$2 "\n"; \
 	                                         undef = undef "#undef " $$1 "\n" } \
 	     END { printf "#ifndef CPU_REFERENCE_UNDEF\n%s#else\n%s#endif\n", def, undef }' $<.syms > $@
+# wgmma and setmaxnreg exist only for sm_90a (the -arch=sm_90a shorthand fails with nvcc 13.0)
+$(BUILD)/attention/flash_sm90.cu.o: NVCC_ARCH = -gencode=arch=compute_90a,code=sm_90a
+# the flash backend is both files: its prefixed object (the tests' and benchmarks' copy) joins them
+$(BUILD)/prefixed/attention/flash.cu.o: $(BUILD)/attention/flash_sm90.cu.o
 
 -include data/data.mk data/import.mk
 # GPU tests and benchmarks (tests/gpu/*.mk, bench/*.mk) add their own rules

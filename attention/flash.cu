@@ -4,6 +4,10 @@
 // Nothing of size T x T ever reaches device memory. The forward keeps one logsumexp per row;
 // the backward recomputes the probabilities tile by tile from Q, K and that logsumexp.
 //
+// On Hopper (compute capability 9.0) the forward is flash_sm90.cu's TMA + wgmma kernel instead
+// (chosen at run time in attention_forward; both are in every flash build); it saves the same
+// logsumexp, so the backward below serves both.
+//
 // ---- notation -------------------------------------------------------------------------------
 // Per head (b, h): Q, K, V, O, dO are (T, HS) views of the packed tensors, read and written in
 // place (row stride 3*C in qkv and dqkv, C in out and dout; C = NH*HS), so no permute kernels.
@@ -47,6 +51,7 @@
 
 #include "../layers/cuda_common.cuh"
 #include "attention.h"
+#include "flash_sm90.h"
 
 // Tile shapes, overridable at build time (FLASH_FLAGS in tests/gpu/attention.mk) to compare:
 // query rows per warp of the forward at HS=64 (16 or 32; HS=128 always uses 16, since 32 rows
@@ -813,6 +818,10 @@ size_t attention_scratch_size(int B, int T, int NH, int HS) {
 void attention_forward(floatX *out, void *saved, void *scratch, const floatX *qkv, int B, int T,
                        int NH, int HS) {
     float *logsumexp = static_cast<float *>(saved);
+    if ((HS == 64 || HS == 128) && flash_sm90_enabled()) {   // Hopper: TMA + wgmma kernel
+        flash_sm90_forward(out, logsumexp, qkv, B, T, NH, HS);
+        return;
+    }
     switch (HS) {
         case 64: forward_launch<64, FLASH_FWD_WARP_ROWS>(out, logsumexp, qkv, B, T, NH); break;
         case 128: forward_launch<128, 16>(out, logsumexp, qkv, B, T, NH); break;

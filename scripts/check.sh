@@ -42,9 +42,12 @@ stage "tokenizer vs tiktoken"   make -j"$JOBS" BACKEND=cpu test-tiktoken
 if command -v nvcc >/dev/null 2>&1; then
     stage "CUDA build, flash"   make -j"$JOBS" BACKEND=cuda ATTENTION=flash cuda-build
     stage "CUDA build, naive"   make -j"$JOBS" BACKEND=cuda ATTENTION=naive cuda-build
+    # the A100 target: flash.cu's mma.sync kernels for sm_80 beside flash_sm90.cu's sm_90a code
+    stage "CUDA build, flash, sm_80" make -j"$JOBS" BACKEND=cuda ATTENTION=flash CUDA_ARCH=sm_80 \
+                                BUILD=build/cuda-flash-sm80 cuda-build
 else
     echo "=== CUDA build: skipped, nvcc is not on the PATH"
-    skipped=$((skipped + 2))
+    skipped=$((skipped + 3))
 fi
 stage "comparison, tiny (CPU)"  bash tests/run_tests.sh tests/test_compare.sh
 if [ -x fuzz/run.sh ] && command -v clang >/dev/null 2>&1; then

@@ -5,13 +5,14 @@
 # (naive_attention_forward, flash_attention_forward, ...: prefix_symbols in the Makefile), as
 # the CPU test does with attention/*.c.
 #
-# FLASH_FLAGS adds compile flags to attention/flash.cu, e.g. to compare tile shapes in a
-# separate build folder:
+# FLASH_FLAGS adds compile flags to attention/flash.cu and flash_sm90.cu, e.g. to compare tile
+# shapes or the Hopper forward's ping-pong (-DFLASH_SM90_PINGPONG=0) in a separate build folder:
 #   make BACKEND=cuda BUILD=build/flash-r16 FLASH_FLAGS=-DFLASH_FWD_WARP_ROWS=16 build/flash-r16/bench/attention
 ifeq ($(BACKEND),cuda)
 
 FLASH_FLAGS ?=
 $(BUILD)/attention/flash.cu.o: NVCCFLAGS += $(FLASH_FLAGS)
+$(BUILD)/attention/flash_sm90.cu.o: NVCCFLAGS += $(FLASH_FLAGS)
 
 # what a GPU test or benchmark links besides its own object: the prefixed attention backends,
 # the CUDA layers (device set-up: cuda_stream, backend_init, error reporting) and utils
