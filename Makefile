@@ -65,7 +65,7 @@ train_gpt2: $(BUILD)/train_gpt2
 infer_gpt2: $(BUILD)/infer_gpt2
 	cp $< $@
 
-$(BUILD)/train_gpt2: $(call obj,train_gpt2.c) $(CORE_OBJ)
+$(BUILD)/train_gpt2: $(call obj,train_gpt2.c train_state.c) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS)
 $(BUILD)/infer_gpt2: $(call obj,infer_gpt2.c $(BPE_SRC)) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS)

@@ -98,7 +98,7 @@ static void test_resume_bit_exact(void) {
     snprintf(pb, sizeof(pb), "%s/resumed/state_00000006.bin", dir);
     CHECK(files_equal(pa, pb), "final optimizer state of the resumed run is bit-identical");
     // resuming with other shapes is refused, and nothing already written is touched
-    rc = run("%s -i %s/train.bin " TINY " -b 1 -x 8 -v 0 -s 0 -o %s/resumed -y 1", bin, dir, dir);
+    rc = run("%s -i %s/train.bin -e d1 -b 1 -t 16 -m 2 -g 4 -x 8 -v 0 -s 0 -o %s/resumed -y 1", bin, dir, dir);
     CHECK(rc != 0 && strstr(output, "resume with the same"), "resume with another -b refused:\n%s", output);
     CHECK(files_equal(pa, pb), "a refused resume leaves the checkpoints intact");
 }
@@ -132,7 +132,7 @@ static void test_bad_inputs(unsigned long long *rng) {
     expect_error("flag -l: 'x' is not a number", "bad float", "-l x");
     expect_error("flag -t needs a value", "missing value", "-t");
     expect_error("not a positive multiple of B*T", "bad total batch", "-v 0 -s 0 -i %s/train.bin -b 2 -t 16 -d 33", d);
-    expect_error("no token file matches", "missing file", "-v 0 -s 0 -i %s/nothere_*.bin", d);
+    expect_error("no training token file matches", "missing file", "-v 0 -s 0 -i %s/nothere_*.bin", d);
     expect_error("not a token file (magic 12345", "wrong magic", "-v 0 -s 0 -i %s/badmagic.bin " TINY, d);
     expect_error("token file version 7 is not supported", "wrong version", "-v 0 -s 0 -i %s/badversion.bin " TINY, d);
     expect_error("truncated", "truncated token file", "-v 0 -s 0 -i %s/truncated.bin " TINY, d);

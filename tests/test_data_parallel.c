@@ -209,7 +209,8 @@ static void test_bad_inputs(void) {
                  "rank 1: timed out after 1 s waiting for rank 0", "rank 0 never arrives (from RANK, WORLD_SIZE)");
     // rank 1 dies after joining (its data file is missing): rank 0 stops too, with a message
     char args[2048];
-    snprintf(args, sizeof(args), "%s -i %s/$( [ $r = 0 ] && echo train || echo nothere ).bin", tiny, dir);
+    snprintf(args, sizeof(args), "%s -i %s/$( [ $r = 0 ] && echo train || echo nothere ).bin",
+             strstr(tiny, " -e "), dir);   // tiny less its own -i
     int rc = run("mkdir -p %s/rv_dies; for r in 0 1; do OMP_NUM_THREADS=1 %s %s --world 2 --rank $r "
                  "--comm-dir %s/rv_dies --comm-timeout 30 & [ $r = 0 ] && p0=$!; done; wait $p0; rc=$?; "
                  "wait; exit $rc", dir, bin, args, dir);
