@@ -154,7 +154,7 @@ static Options parse_options(int argc, char **argv) {
         FLOAT_FLAG("-c", &o.weight_decay, 0.0, 10.0), INT_FLAG("-x", &o.max_steps, -1, 1 << 30),
         INT_FLAG("-v", &o.val_every, 0, 1 << 30), INT_FLAG("-m", &o.val_batches, 1, 1 << 30),
         INT_FLAG("-s", &o.sample_every, 0, 1 << 30), INT_FLAG("-g", &o.gen_tokens, 1, 1 << 20),
-        INT_FLAG("-n", &o.checkpoint_every, 0, 1 << 30), INT_FLAG("-nk", &o.keep_checkpoints, 0, 1 << 30),
+        INT_FLAG("-n", &o.checkpoint_every, 0, 1 << 30), INT_FLAG("-nk", &o.keep_checkpoints, 0, 1 << 20),
         INT_FLAG("-y", &o.resume, 0, 1), SWITCH_FLAG("--overwrite", &o.overwrite),
         SWITCH_FLAG("--shuffle", &o.shuffle), U64_FLAG("--seed", &o.seed, 0, LONG_MAX),
         INT_FLAG("--max-seq-len", &o.max_seq_len, 1, 1 << 20),
@@ -270,30 +270,32 @@ static int previous_run_files(const char *dir, int remove_them) {
     return n;
 }
 
-// -nk: deletes the checkpoints older than the newest keep (the state file first, so that a
-// kill in between leaves a model file alone, which is no checkpoint)
+// -nk: deletes the files of the checkpoints older than the newest keep: every state file
+// first, then the model files, so that a kill in between leaves model files alone, which are
+// no checkpoint (and go with the next pruning)
 static void prune_checkpoints(const char *dir, int keep) {
     if (keep <= 0) return;
-    int steps[64];
-    int max = keep < 64 ? keep : 64;
-    int n = list_checkpoints(dir, steps, max);
+    int *steps = malloc((size_t)keep * sizeof(int));
+    if (!steps) die("out of host memory for -nk %d", keep);
+    int n = list_checkpoints(dir, steps, keep), oldest_kept = n > keep ? steps[keep - 1] : 0;
+    free(steps);
     if (n <= keep) return;
-    int oldest_kept = steps[max - 1];
-    DIR *d = opendir(dir);
-    if (!d) die("cannot read folder %s: %s", dir, strerror(errno));
-    struct dirent *e;
     int removed = 0;
-    while ((e = readdir(d))) {
-        int step = checkpoint_step(e->d_name, "state_");
-        if (step < 0 || step >= oldest_kept) continue;
-        char path[4096];
-        state_path(path, sizeof(path), dir, step);
-        if (unlink(path) != 0) die("cannot delete %s: %s", path, strerror(errno));
-        model_path(path, sizeof(path), dir, step);
-        if (unlink(path) != 0 && errno != ENOENT) die("cannot delete %s: %s", path, strerror(errno));
-        removed++;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *prefix = pass == 0 ? "state_" : "model_";
+        DIR *d = opendir(dir);
+        if (!d) die("cannot read folder %s: %s", dir, strerror(errno));
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            int step = checkpoint_step(e->d_name, prefix);
+            if (step < 0 || step >= oldest_kept) continue;
+            char path[4096];
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            if (unlink(path) != 0) die("cannot delete %s: %s", path, strerror(errno));
+            removed += pass == 0;
+        }
+        closedir(d);
     }
-    closedir(d);
     if (removed) printf("removed %d older checkpoint(s) (-nk %d)\n", removed, keep);
 }
 
