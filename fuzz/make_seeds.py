@@ -62,3 +62,10 @@ put("tokenizer_file", "small_v2", struct.pack("<256I", *([20240328, 2, len(toks)
 for name, ids in (("three", [50256, 15496, 995]), ("empty", [])):
     hdr = struct.pack("<256i", *([20240520, 1, len(ids)] + [0] * 253))
     put("token_file", name, hdr + struct.pack("<%dH" % len(ids), *ids))
+
+# training state: header (8 int32, 3 int64 data position, uint64 rng, uint64 parameters), then
+# first moments, second moments, and master weights when header[6] is 1
+for name, master, params in (("fp32", 0, 4), ("bf16_master", 1, 3)):
+    hdr = struct.pack("<8i3qQQ", 20241129, 1, 7, 2, 16, 3, master, 0, 1, 0, 5, 12345, params)
+    values = [0.01 * i for i in range(params)] * (2 + master)
+    put("train_state", name, hdr + struct.pack("<%df" % len(values), *values))
