@@ -116,7 +116,7 @@ static int read_log(const char *folder, char lines[][160], int max, int *headers
         char *p = line;   // keep "step,train,loss,grad_norm,lr": the ms and tokens/s differ
         for (int commas = 0; *p && commas < 5; p++) commas += *p == ',';
         p[-1] = '\0';
-        if (n < max) snprintf(lines[n], 160, "%s", line);
+        if (n < max) snprintf(lines[n], 160, "%.159s", line);
         n++;
     }
     fclose(f);
