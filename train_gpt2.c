@@ -683,9 +683,9 @@ int main(int argc, char **argv) {
         steps_done = step;
         interrupted = stop_requested();
         int last = step == max_steps || interrupted;
-        if (o.out_dir && step > start_step &&
-            (last || (o.checkpoint_every && step % o.checkpoint_every == 0)))
-            save_checkpoint(&o, &model, &train, step, global_micro, rng);
+        int save = o.out_dir && step > start_step &&
+                   (last || (o.checkpoint_every && step % o.checkpoint_every == 0));
+        if (save) save_checkpoint(&o, &model, &train, step, global_micro, rng);
         if (interrupted) break;
         if (have_val && (last || step % o.val_every == 0)) {
             last_val_loss = evaluate(&model, &val, o.val_batches);
@@ -695,6 +695,12 @@ int main(int argc, char **argv) {
         if (o.rank == 0 && o.sample_every && step > 0 && (last || step % o.sample_every == 0))
             sample_text(&model, tok, o.gen_tokens, &rng);
         if (last) break;
+        // a signal during the checkpoint, validation or sampling stops before the next step
+        if ((interrupted = stop_requested())) {
+            if (o.out_dir && step > start_step && !save)
+                save_checkpoint(&o, &model, &train, step, global_micro, rng);
+            break;
+        }
 
         double t0 = wall_seconds();
         gpt2_zero_grad(&model);
