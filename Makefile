@@ -81,7 +81,7 @@ train_gpt2: $(BUILD)/train_gpt2
 infer_gpt2: $(BUILD)/infer_gpt2
 	cp $< $@
 
-$(BUILD)/train_gpt2: $(call obj,train_gpt2.c) $(CORE_OBJ)
+$(BUILD)/train_gpt2: $(call obj,train_gpt2.c train_state.c) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS)
 $(BUILD)/infer_gpt2: $(call obj,infer_gpt2.c $(BPE_SRC)) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS)
@@ -182,6 +182,7 @@ gpu-bench: $(BUILD)/bench/bench_layers_gpu
 
 # ---- the main job: data, build, train, sample ----------------------------------------------
 # GPU: GPT-2 124M (d12) on TinyShakespeare. CPU: a small d4 model, so that it ends in minutes.
+# Each `make train` replaces the previous run in TRAIN_OUT (--overwrite).
 TRAIN_OUT ?= out/train
 ifeq ($(BACKEND),cuda)
 TRAIN_ARGS ?= -e d12 -b 16 -t 1024 -x 300 -l 6e-4 -u 30 -q 0.1 -v 50 -m 8 -s 100 -g 128 -n 100
@@ -190,7 +191,7 @@ TRAIN_ARGS ?= -e d4 -b 8 -t 128 -x 150 -l 1e-3 -u 15 -q 0.1 -v 50 -m 4 -s 75 -g 
 endif
 PROMPT ?= ROMEO:
 train: data all
-	./train_gpt2 $(TRAIN_ARGS) -o $(TRAIN_OUT)
+	./train_gpt2 $(TRAIN_ARGS) -o $(TRAIN_OUT) --overwrite
 	./infer_gpt2 -c $$(ls $(TRAIN_OUT)/model_*.bin | tail -n 1) -p "$(PROMPT)" -n 128 --seed 1
 
 # ---- comparison of the attention backends (scripts/compare.sh) -----------------------------

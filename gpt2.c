@@ -252,6 +252,10 @@ void gpt2_load_checkpoint(GPT2 *model, const char *path) {
     free(host);
 }
 
+size_t gpt2_checkpoint_bytes(const GPT2 *model) {
+    return 256 * sizeof(int) + model->num_parameters * sizeof(floatX);
+}
+
 void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
     const GPT2Config *c = &model->config;
     int header[256] = {0};

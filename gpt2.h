@@ -172,6 +172,7 @@ void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed);
 void gpt2_load_checkpoint(GPT2 *model, const char *path);
 // Writes version 3 (fp32) when floatX is fp32, else version 5 (bf16); atomic.
 void gpt2_save_checkpoint(const GPT2 *model, const char *path);
+size_t gpt2_checkpoint_bytes(const GPT2 *model);   // the size of the file it writes
 void gpt2_free(GPT2 *model);
 
 // Forward pass on inputs (B, T) host token ids. With targets (B, T), returns the mean

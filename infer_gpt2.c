@@ -72,28 +72,15 @@ static Options parse_options(int argc, char **argv) {
     Options o = {.checkpoint = "gpt2_124M.bin", .max_new = 256, .temperature = 1.0f,
                  .top_k = 0, .top_p = 1.0f, .seed = 1337, .B = 1, .vocab_dir = "data/gpt2",
                  .tokenizer_path = "data/gpt2_tokenizer.bin"};
-    for (int i = 1; i < argc; i++) {
-        const char *flag = argv[i];
-        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) { usage(stdout); exit(0); }
-        if (!strcmp(flag, "-i")) { o.interactive = 1; continue; }
-        if (!strcmp(flag, "--ids")) { o.print_ids = 1; continue; }
-        if (!strcmp(flag, "--no-stop")) { o.no_stop = 1; continue; }
-        if (i + 1 >= argc) { usage(stderr); die("flag %s needs a value", flag); }
-        const char *v = argv[++i];
-        if (!strcmp(flag, "-c")) o.checkpoint = v;
-        else if (!strcmp(flag, "-p")) o.prompt = v;
-        else if (!strcmp(flag, "--prompt-ids")) o.prompt_ids = v;
-        else if (!strcmp(flag, "-n")) o.max_new = (int)parse_long(flag, v, 1, 1 << 24);
-        else if (!strcmp(flag, "--temperature")) o.temperature = (float)parse_double(flag, v, 0.0, 100.0);
-        else if (!strcmp(flag, "--top-k")) o.top_k = (int)parse_long(flag, v, 0, 1 << 24);
-        else if (!strcmp(flag, "--top-p")) o.top_p = (float)parse_double(flag, v, 0.0, 1.0);
-        else if (!strcmp(flag, "--seed")) o.seed = (uint64_t)parse_long(flag, v, 0, 0x7fffffffffffffffL);
-        else if (!strcmp(flag, "-b")) o.B = (int)parse_long(flag, v, 1, 4096);
-        else if (!strcmp(flag, "--vocab")) o.vocab_dir = v;
-        else if (!strcmp(flag, "--tokenizer")) o.tokenizer_path = v;
-        else if (!strcmp(flag, "--logits")) o.logits_path = v;
-        else { usage(stderr); die("unknown flag %s", flag); }
-    }
+    Flag flags[] = {
+        TEXT_FLAG("-c", &o.checkpoint), TEXT_FLAG("-p", &o.prompt), TEXT_FLAG("--prompt-ids", &o.prompt_ids),
+        INT_FLAG("-n", &o.max_new, 1, 1 << 24), FLOAT_FLAG("--temperature", &o.temperature, 0.0, 100.0),
+        INT_FLAG("--top-k", &o.top_k, 0, 1 << 24), FLOAT_FLAG("--top-p", &o.top_p, 0.0, 1.0),
+        U64_FLAG("--seed", &o.seed, 0, 0x7fffffffffffffffL), INT_FLAG("-b", &o.B, 1, 4096),
+        SWITCH_FLAG("-i", &o.interactive), TEXT_FLAG("--vocab", &o.vocab_dir),
+        TEXT_FLAG("--tokenizer", &o.tokenizer_path), SWITCH_FLAG("--ids", &o.print_ids),
+        TEXT_FLAG("--logits", &o.logits_path), SWITCH_FLAG("--no-stop", &o.no_stop)};
+    parse_flags(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), "infer_gpt2", usage, NULL, 0);
     if (o.top_p <= 0.0f) die("flag --top-p: %g keeps no token; give a probability in (0, 1]", o.top_p);
     if (o.interactive && (o.prompt || o.prompt_ids))
         die("flag -i reads its prompts from stdin: it takes no -p or --prompt-ids");

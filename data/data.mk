@@ -70,11 +70,11 @@ data/gpt2_tokenizer.bin: $(GPT2_VOCAB) | $(BUILD)/tokenize
 FUZZ_CC ?= clang
 FUZZ_CFLAGS = -g -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_TARGETS = fuzz_encode fuzz_vocab fuzz_tokenizer_file fuzz_token_file fuzz_safetensors
+FUZZ_TARGETS = fuzz_encode fuzz_vocab fuzz_tokenizer_file fuzz_token_file fuzz_safetensors fuzz_train_state
 FUZZ_DEPS = utils.c utils.h data/tokenizer.c data/tokenizer.h data/bpe.c data/bpe.h data/safetensors.c \
-            data/safetensors.h fuzz/fuzz_common.h
+            data/safetensors.h train_state.c train_state.h fuzz/fuzz_common.h
 
 fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
 build/fuzz/%: fuzz/%.c $(FUZZ_DEPS) | $(PCRE2_MISSING)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(PCRE2_CFLAGS) $< utils.c data/tokenizer.c data/bpe.c data/safetensors.c -o $@ $(PCRE2_LIBS) -lpthread
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(PCRE2_CFLAGS) $< utils.c data/tokenizer.c data/bpe.c data/safetensors.c train_state.c -o $@ $(PCRE2_LIBS) -lpthread -lm

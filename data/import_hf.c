@@ -345,20 +345,11 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
-    const char *in = NULL, *out = NULL;
     int heads = 0, bf16 = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--bf16")) bf16 = 1;
-        else if (!strcmp(a, "--n-head")) {
-            if (i + 1 >= argc) die("flag --n-head needs a value");
-            heads = (int)parse_long(a, argv[++i], 1, 4096);
-        } else if (a[0] == '-' && a[1]) { usage(stderr); die("unknown flag %s", a); }
-        else if (!in) in = a;
-        else if (!out) out = a;
-        else { usage(stderr); die("too many arguments: %s", a); }
-    }
+    Flag flags[] = {INT_FLAG("--n-head", &heads, 1, 4096), SWITCH_FLAG("--bf16", &bf16)};
+    char *files[2];
+    int nfiles = parse_flags(argc, argv, flags, 2, "import_hf", usage, files, 2);
+    const char *in = nfiles > 0 ? files[0] : NULL, *out = nfiles > 1 ? files[1] : NULL;
     if (!in || !out) { usage(stderr); die("give the input model.safetensors and the output file"); }
 
     SafeTensors st;

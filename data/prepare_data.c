@@ -24,8 +24,8 @@
 #include "bpe.h"
 #include "tokenizer.h"
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *out) {
+    fprintf(out,
             "usage: prepare_data [options] INPUT OUT_PREFIX\n"
             "  Tokenizes INPUT with GPT-2's tokenizer into OUT_PREFIX_val.bin (the first\n"
             "  --val-tokens tokens) and OUT_PREFIX_train.bin (the rest), llm.c token files.\n"
@@ -39,8 +39,8 @@ static void usage(void) {
             "  --vocab DIR         folder with vocab.bpe and encoder.json (default data/gpt2)\n"
             "  --threads N         encoder threads (default: the number of CPUs)\n"
             "  --block-mb N        read size in MiB (default 64)\n"
-            "  --quiet             no progress bar\n");
-    exit(2);
+            "  --quiet             no progress bar\n"
+            "  -h, --help          this text\n");
 }
 
 typedef struct {
@@ -288,32 +288,38 @@ static void parse_separator(Options *o, const char *text) {
     o->separator_len = n;
 }
 
-int main(int argc, char **argv) {
+static Options parse_options(int argc, char **argv) {
     Options o = {0};
     o.vocab_dir = "data/gpt2";
-    o.val_tokens = 32768;
-    o.block = 64 << 20;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
-    int i = 1;
-    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
-        const char *flag = argv[i];
-        if (strcmp(flag, "--tinyshakespeare") == 0) { parse_separator(&o, "\\n\\n"); continue; }
-        if (strcmp(flag, "--special") == 0) { o.special = 1; continue; }
-        if (strcmp(flag, "--quiet") == 0) { o.quiet = 1; continue; }
-        if (strcmp(flag, "--help") == 0) usage();
-        if (i + 1 >= argc) die("flag %s needs a value", flag);
-        const char *value = argv[++i];
-        if (strcmp(flag, "--sections") == 0) parse_separator(&o, value);
-        else if (strcmp(flag, "--val-tokens") == 0) o.val_tokens = (size_t)parse_long(flag, value, 0, INT32_MAX);
-        else if (strcmp(flag, "--vocab") == 0) o.vocab_dir = value;
-        else if (strcmp(flag, "--threads") == 0) o.threads = (int)parse_long(flag, value, 1, 256);
-        else if (strcmp(flag, "--block-mb") == 0) o.block = (size_t)parse_long(flag, value, 1, 4096) << 20;
-        else die("unknown flag %s (see prepare_data --help)", flag);
+    int tinyshakespeare = 0;
+    const char *sections = NULL;
+    long val_tokens = 32768, block_mb = 64;
+    Flag flags[] = {
+        SWITCH_FLAG("--tinyshakespeare", &tinyshakespeare), TEXT_FLAG("--sections", &sections),
+        SWITCH_FLAG("--special", &o.special), SWITCH_FLAG("--quiet", &o.quiet),
+        LONG_FLAG("--val-tokens", &val_tokens, 0, INT32_MAX), TEXT_FLAG("--vocab", &o.vocab_dir),
+        INT_FLAG("--threads", &o.threads, 1, 256), LONG_FLAG("--block-mb", &block_mb, 1, 4096)};
+    char *files[2];
+    int n = parse_flags(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), "prepare_data",
+                        usage, files, 2);
+    if (n != 2) {
+        usage(stderr);
+        die("give the INPUT text file and the OUT_PREFIX of the token files");
     }
-    if (argc - i != 2) usage();
-    o.input = argv[i];
-    o.prefix = argv[i + 1];
+    if (tinyshakespeare && sections) die("flags --tinyshakespeare and --sections: give one (--tinyshakespeare is --sections '\\n\\n')");
+    if (tinyshakespeare) parse_separator(&o, "\\n\\n");
+    if (sections) parse_separator(&o, sections);
+    o.val_tokens = (size_t)val_tokens;
+    o.block = (size_t)block_mb << 20;
+    o.input = files[0];
+    o.prefix = files[1];
+    return o;
+}
+
+int main(int argc, char **argv) {
+    Options o = parse_options(argc, argv);
 
     double t0 = wall_seconds();
     BPE bpe;

@@ -99,3 +99,10 @@ put("safetensors", "config_gpt2", json.dumps({
     "summary_proj_to_labels": True, "summary_type": "cls_index", "summary_use_proj": True,
     "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
     "vocab_size": 50257, "n_inner": None}, indent=2).encode())
+
+# training state: header (8 int32, 3 int64 data position, uint64 rng, uint64 parameters), then
+# first moments, second moments, and master weights when header[6] is 1
+for name, master, params in (("fp32", 0, 4), ("bf16_master", 1, 3)):
+    hdr = struct.pack("<8i3qQQ", 20241129, 1, 7, 2, 16, 3, master, 0, 1, 0, 5, 12345, params)
+    values = [0.01 * i for i in range(params)] * (2 + master)
+    put("train_state", name, hdr + struct.pack("<%df" % len(values), *values))
