@@ -60,6 +60,7 @@ typedef struct {
     const char *comm_dir;        // --comm-dir
     const char *comm;            // --comm   auto, or the build's transport (nccl, shm)
     double comm_timeout;         // --comm-timeout
+    double peak_tflops;          // --peak-tflops: the MFU's peak; 0 = the device's datasheet rate
 } Options;
 
 static void usage(FILE *out) {
@@ -91,6 +92,8 @@ static void usage(FILE *out) {
         "  --seed N    seed for initialisation, shuffling and sampling (default 1337)\n"
         "  --max-seq-len N  max_seq_len of a new dN model (default max(T, 1024))\n"
         "  --max-grad-norm X  clip the global gradient norm to X, 0 = off (default 1.0)\n"
+        "  --peak-tflops X   the peak the MFU is measured against (default: the GPU's\n"
+        "                    datasheet dense bf16 rate, where the program knows the GPU)\n"
         "  --tokenizer PATH  tokenizer file to decode samples (default data/gpt2_tokenizer.bin)\n"
         "data parallelism (one process per device; -b is per process, -d counts all processes):\n"
         "  --world N   number of processes (default: from mpirun, torchrun or srun, else 1)\n"
@@ -144,7 +147,8 @@ static Options parse_options(int argc, char **argv) {
         .weight_decay = 0.0f, .max_steps = -1, .val_every = 20, .val_batches = 20,
         .sample_every = 20, .gen_tokens = 64, .checkpoint_every = 0, .resume = 0, .shuffle = 0,
         .max_seq_len = 0, .max_grad_norm = 1.0f, .seed = 1337, .world = -1, .rank = -1,
-        .local_rank = -1, .comm_dir = NULL, .comm = "auto", .comm_timeout = 120.0};
+        .local_rank = -1, .comm_dir = NULL, .comm = "auto", .comm_timeout = 120.0,
+        .peak_tflops = 0.0};
     Flag flags[] = {
         TEXT_FLAG("-i", &o.train_pattern), TEXT_FLAG("-j", &o.val_pattern), TEXT_FLAG("-e", &o.init),
         TEXT_FLAG("-o", &o.out_dir), TEXT_FLAG("--tokenizer", &o.tokenizer_path),
@@ -161,7 +165,8 @@ static Options parse_options(int argc, char **argv) {
         FLOAT_FLAG("--max-grad-norm", &o.max_grad_norm, 0.0, 1e9),
         INT_FLAG("--world", &o.world, 1, 1 << 20), INT_FLAG("--rank", &o.rank, 0, 1 << 20),
         INT_FLAG("--local-rank", &o.local_rank, 0, 1 << 10), TEXT_FLAG("--comm-dir", &o.comm_dir),
-        TEXT_FLAG("--comm", &o.comm), DOUBLE_FLAG("--comm-timeout", &o.comm_timeout, 0.0, 1e6)};
+        TEXT_FLAG("--comm", &o.comm), DOUBLE_FLAG("--comm-timeout", &o.comm_timeout, 0.0, 1e6),
+        DOUBLE_FLAG("--peak-tflops", &o.peak_tflops, 0.0, 1e6)};
     parse_flags(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), "train_gpt2", usage, NULL, 0);
     if (o.max_steps == 0) die("flag -x: 0 steps trains nothing; give a positive count, or -1 for one epoch");
     ranks_from_environment(&o);
@@ -553,6 +558,16 @@ static void make_dir(const char *dir) {
     if (mkdir(path, 0755) != 0 && errno != EEXIST) die("cannot create folder %s: %s", dir, strerror(errno));
 }
 
+// Model FLOPs utilisation, by llm.c's convention: 6 FLOPs per parameter per token (forward
+// and backward of every matrix product, the tied LM head counted once with wte) plus 6 L C T
+// for attention's QK^T and PV (forward 2 L T C per token, backward twice that, causal masking
+// not subtracted), against the peak the device's datasheet gives (device_peak_flops) or
+// --peak-tflops.
+static double flops_per_token(const GPT2 *model, int T) {
+    const GPT2Config *c = &model->config;
+    return 6.0 * (double)model->num_parameters + 6.0 * c->num_layers * c->channels * (double)T;
+}
+
 int main(int argc, char **argv) {
     Options o = parse_options(argc, argv);
     catch_stop_signals();
@@ -656,6 +671,14 @@ int main(int argc, char **argv) {
     printf("| learning rate     | %.2e, warmup %d, final fraction %.3f, weight decay %.3f, clip %.2f\n",
            o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.max_grad_norm);
     printf("| seed              | %llu%s\n", (unsigned long long)o.seed, o.shuffle ? ", shuffled" : "");
+    const char *peak_source = "--peak-tflops";
+    double peak_flops = o.peak_tflops > 0.0 ? o.peak_tflops * 1e12 : device_peak_flops(&peak_source);
+    double step_flops = flops_per_token(&model, o.T) * (double)o.total_batch;
+    if (peak_flops > 0.0)
+        printf("| MFU               | 6N + 6LCT = %.3g FLOP/token (llm.c's count), against %.4g TFLOP/s (%s)\n",
+               flops_per_token(&model, o.T), peak_flops / 1e12, peak_source);
+    else
+        printf("| MFU               | not shown: no peak rate known for this device (give one with --peak-tflops)\n");
     if (o.out_dir) {
         double model_bytes = (double)gpt2_checkpoint_bytes(&model);
         double state_bytes = (double)train_state_bytes(model.num_parameters, model.master_weights != NULL);
@@ -722,8 +745,10 @@ int main(int argc, char **argv) {
                 "rate (-l); checkpoints written so far are intact", step + 1, loss, norm);
         if (step > start_step) { total_ms += ms; timed_steps++; }   // the first step warms up
         double tok_s = o.total_batch / (ms / 1e3);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s\n", step + 1,
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s", step + 1,
                max_steps, loss, norm, lr, ms, tok_s);
+        if (peak_flops > 0.0) printf(" | MFU %.1f%%", 100.0 * step_flops / (ms / 1e3) / peak_flops);
+        printf("\n");
         log_line(&log, "%d,train,%.6f,%.6f,%.6e,%.3f,%.1f\n", step + 1, loss, norm, lr, ms, tok_s);
         last_train_loss = (float)loss;
         fflush(stdout);
@@ -734,8 +759,13 @@ int main(int argc, char **argv) {
     gpt2_print_memory(&model);
     printf("summary: %d steps, final train loss %.6f, ", steps_done - start_step, last_train_loss);
     if (have_val) printf("final val loss %.6f, ", last_val_loss);
-    if (timed_steps) printf("%.2f ms/step, %.0f tok/s (mean over steps after the first), ",
-                            total_ms / timed_steps, o.total_batch / (total_ms / timed_steps / 1e3));
+    if (timed_steps) {
+        double mean_s = total_ms / timed_steps / 1e3;
+        printf("%.2f ms/step, %.0f tok/s (mean over steps after the first), %.3g TFLOP/s, ",
+               mean_s * 1e3, o.total_batch / mean_s, step_flops / mean_s / 1e12);
+        if (peak_flops > 0.0)
+            printf("MFU %.1f%% of %.4g TFLOP/s, ", 100.0 * step_flops / mean_s / peak_flops, peak_flops / 1e12);
+    }
     printf("peak %s memory %s\n", backend_name(), peak);
     if (interrupted) {
         if (!o.out_dir) printf("interrupted after step %d: no -o, so no checkpoint\n", steps_done);

@@ -66,6 +66,30 @@ void backend_describe(char *buf, size_t n) {
 
 size_t backend_workspace_size(void) { return cublaslt_workspace_size; }
 
+// Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from NVIDIA's datasheets, by the
+// device name the driver reports; the first entry whose name is part of the device's name
+// wins, so the more specific names come first.
+static const struct { const char *name; double tflops; } peak_table[] = {
+    {"H200 NVL", 835.0}, {"H200", 989.4},
+    {"H100 NVL", 835.0}, {"H100 PCIe", 756.0}, {"H100", 989.4},   // "H100 80GB HBM3": SXM
+    {"H800", 989.4},     {"GH200", 989.4},
+    {"A100", 312.0},     {"A800", 312.0},
+    {"L40S", 362.1},     {"L40", 181.0},     {"L4", 121.0},    {"A10", 125.0},
+};
+
+double device_peak_flops(const char **source) {
+    static char desc[160];
+    *source = "";
+    if (backend_init() != 0) return 0.0;
+    for (size_t i = 0; i < sizeof(peak_table) / sizeof(peak_table[0]); i++)
+        if (strstr(device_prop.name, peak_table[i].name)) {
+            snprintf(desc, sizeof(desc), "%s datasheet, dense bf16", peak_table[i].name);
+            *source = desc;
+            return peak_table[i].tflops * 1e12;
+        }
+    return 0.0;
+}
+
 size_t device_memory_total(void) {
     if (backend_init() != 0) return 0;
     return device_prop.totalGlobalMem;

@@ -59,6 +59,31 @@ static void test_full_run(void) {
     CHECK(rc == 0, "training starts from a written checkpoint:\n%s", output);
 }
 
+// MFU on every step line and in the summary: llm.c's FLOPs per token times the tokens per step,
+// over the step's time, over the peak; the CPU has no tabled peak, so it is given here
+static void test_mfu(void) {
+    int rc = run("%s -i %s/train.bin " TINY " -x 2 -v 0 -s 0 --peak-tflops 0.001", bin, dir);
+    CHECK(rc == 0, "a run with --peak-tflops exits 0:\n%s", output);
+    double flops = 0.0, ms = 0.0, mfu = 0.0;
+    const char *table = strstr(output, "| MFU               | 6N + 6LCT = ");
+    CHECK(table && sscanf(table, "| MFU               | 6N + 6LCT = %lf", &flops) == 1 && flops > 0,
+          "the config table states the FLOPs per token:\n%s", output);
+    const char *line = strstr(output, "step    2/2 |");
+    const char *ms_at = line ? strstr(line, " ms |") : NULL, *mfu_at = line ? strstr(line, "| MFU ") : NULL;
+    if (ms_at) while (ms_at > line && ms_at[-1] != '|') ms_at--;
+    CHECK(ms_at && mfu_at && sscanf(ms_at, " %lf", &ms) == 1 && sscanf(mfu_at, "| MFU %lf%%", &mfu) == 1,
+          "the step line ends with its MFU:\n%s", output);
+    double expected = 100.0 * flops * 32 / (ms / 1e3) / 1e9;   // B*T = 32 tokens, peak 1 GFLOP/s
+    CHECK(fabs(mfu - expected) <= 0.01 * expected + 0.1, "MFU %.2f%% = FLOPs/token x tokens / time / peak (%.2f%%)",
+          mfu, expected);
+    CHECK(strstr(output, "TFLOP/s, MFU ") && strstr(output, "% of 0.001 TFLOP/s"), "the summary's mean MFU:\n%s", output);
+    rc = run("%s -i %s/train.bin " TINY " -x 1 -v 0 -s 0", bin, dir);
+    CHECK(rc == 0 && strstr(output, "not shown: no peak rate known") && !strstr(output, "| MFU 0"),
+          "no MFU where the peak is unknown, and the table says why:\n%s", output);
+    rc = run("%s -i %s/train.bin " TINY " -x 1 --peak-tflops -5", bin, dir);
+    CHECK(rc != 0 && strstr(output, "--peak-tflops"), "a negative peak is refused naming the flag:\n%s", output);
+}
+
 // 6 steps in one go, against 3 steps + a resumed run from the step-3 checkpoint
 static void test_resume_bit_exact(void) {
     int rc = run("%s -i %s/train.bin -j %s/val.bin " TINY " -x 6 -n 3 -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 "
@@ -273,6 +298,7 @@ int main(void) {
     unsigned long long rng = test_seed();
     write_train_val(&rng);
     test_full_run();
+    test_mfu();
     test_resume_bit_exact();
     test_bad_inputs(&rng);
     test_bad_flags();
