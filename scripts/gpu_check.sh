@@ -2,7 +2,7 @@
 # Everything that needs the GPU, in one script: build, GPU tests, parity with Hugging Face,
 # memcheck, training runs and benchmarks, with the PyTorch baselines in the same run.
 #   scripts/gpu_check.sh [STAGE ...]     (default: all stages, in order)
-# Stages: env build test curves sanitize parity train long bench-attn bench-layers bench-infer
+# Stages: env build test curves sanitize interrupt parity train long bench-attn bench-layers bench-infer
 # Logs go to $OUT (or out/gpu_check); a short table of results is printed last. Exits non-zero
 # when anything failed; after a failed build the stages that run its programs are skipped.
 # The tokenizer links the project's own PCRE2 (deps/pcre2, built by scripts/setup.sh); where
@@ -70,8 +70,39 @@ stage_sanitize() {
         build/cuda-flash/tests/gpu/test_attention_gpu --quick
     run_logged "racecheck-attention" compute-sanitizer --tool racecheck --error-exitcode 1 \
         build/cuda-flash/tests/gpu/test_attention_gpu --quick
+    run_logged "synccheck-attention" compute-sanitizer --tool synccheck --error-exitcode 1 \
+        build/cuda-flash/tests/gpu/test_attention_gpu --quick
     run_logged "memcheck-infer" compute-sanitizer --tool memcheck --error-exitcode 1 \
         build/cuda-flash/infer_gpt2 -c "$OUT/curve-flash/model_00000100.bin" -p "ROMEO:" -n 8 --seed 1
+}
+
+# Ctrl-C on the GPU: SIGINT ends the step in flight, writes a checkpoint and exits 130; the run
+# resumed from it (-y 1) ends with the same losses and the same final model file as an
+# uninterrupted run (naive attention: every reduction in a fixed order, so bit for bit)
+interrupt_run() {   # interrupt_run DIR: the cut run, signalled once its log reaches step 20
+    build/cuda-naive/train_gpt2 "${INTERRUPT_FLAGS[@]}" -o "$1" >"$1.log" 2>&1 &
+    local pid=$! i
+    for i in $(seq 600); do grep -q '^step   20/' "$1.log" && break; sleep 0.05; done
+    kill -INT "$pid"
+    wait "$pid"
+}
+same_losses() {   # same_losses A B: two log.csv files, step, kind, loss and gradient norm equal
+    [ -s "$1" ] && [ -s "$2" ] || { echo "missing: $1 or $2"; return 1; }
+    [ "$(wc -l <"$1")" -gt 1 ] || { echo "$1 has no steps"; return 1; }
+    cmp <(cut -d, -f1-4 "$1") <(cut -d, -f1-4 "$2")
+}
+stage_interrupt() {
+    local d="$OUT/interrupt"
+    rm -rf "$d"; mkdir -p "$d"
+    INTERRUPT_FLAGS=($TRAIN_DATA -e d12 -b 8 -t 1024 -x 200 -v 0 -s 0)
+    run_logged "interrupt-whole" build/cuda-naive/train_gpt2 "${INTERRUPT_FLAGS[@]}" -o "$d/whole"
+    interrupt_run "$d/cut"
+    local rc=$?
+    note "| interrupt: SIGINT at step $(grep -c '^step ' "$d/cut.log") of 200 | exit $rc (expected 130), checkpoints: $(cd "$d/cut" && ls model_*.bin 2>/dev/null | tr '\n' ' ') |"
+    [ "$rc" -eq 130 ] || failures=$((failures + 1))
+    run_logged "interrupt-resume" build/cuda-naive/train_gpt2 "${INTERRUPT_FLAGS[@]}" -o "$d/cut" -y 1
+    run_logged "interrupt-same-model" cmp "$d/whole/model_00000200.bin" "$d/cut/model_00000200.bin"
+    run_logged "interrupt-same-losses" same_losses "$d/whole/log.csv" "$d/cut/log.csv"
 }
 
 # GPT2LMHeadModel (12 layers, random weights) against our CUDA builds (bf16) and CPU (fp32)
@@ -141,7 +172,7 @@ stage_bench_infer() {
     run_logged "bench-infer" env BUILD=build/cuda-flash HF_N=64 HF_R=2 bash bench/infer.sh "$OUT/infer.md"
 }
 
-all_stages=(env build test curves sanitize parity train long bench-attn bench-layers bench-infer)
+all_stages=(env build test curves sanitize interrupt parity train long bench-attn bench-layers bench-infer)
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=("${all_stages[@]}")
 for s in "${stages[@]}"; do
