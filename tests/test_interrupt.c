@@ -51,9 +51,13 @@ static void write_tokens(const char *path, int n, unsigned long long *rng) {
 
 static char common[2048];
 
-// starts train_gpt2 with `extra` flags into folder out, its output into out.txt; returns its pid
+// starts train_gpt2 with `extra` flags into folder out, its output into log; returns its pid.
+// The log is removed first, so that what the caller reads in it is this run's own output
+// (the child's shell truncates it only once it runs: until then the last run's text, with its
+// "| steps" line, would say the handlers are in place when they are not yet).
 static pid_t start(const char *out, const char *extra, const char *log) {
     char cmd[4096];
+    unlink(log);
     snprintf(cmd, sizeof(cmd), "exec %s %s %s -o %s/%s > %s 2>&1", bin, common, extra, dir, out, log);
     pid_t pid = fork();
     if (pid == 0) {
