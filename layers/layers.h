@@ -51,6 +51,7 @@ const char *backend_name(void);            // "cpu" or "cuda"
 int backend_init(void);
 void backend_describe(char *buf, size_t n); // one line: CPU threads, or GPU name and memory
 size_t device_memory_total(void);           // bytes the device has (CPU: physical RAM)
+size_t device_memory_free(void);            // bytes free on it now (CPU: free physical RAM)
 // Bytes the backend allocates for itself, once, in backend_init: CUDA's cuBLAS(Lt) workspace,
 // shared by every GEMM of the cuBLAS and cuBLASLt handles (the matmuls and naive attention's
 // batched GEMMs), so it never grows and never moves; 0 on the CPU. The memory reports list it.
@@ -59,6 +60,9 @@ size_t backend_workspace_size(void);
 // dev_malloc never returns NULL: when the device is out of memory it prints how many bytes
 // were asked for, how many are free and in use, and the caller's `what`, then exits(1).
 void *dev_malloc(size_t bytes, const char *what);
+// as dev_malloc, but returns NULL when the device is out of memory, for a caller who can say
+// what would fit (gpt2.c's activations)
+void *dev_try_malloc(size_t bytes);
 void dev_free(void *p);
 void dev_memset_zero(void *p, size_t bytes);
 void dev_upload(void *dst, const void *src_host, size_t bytes);     // host -> device
