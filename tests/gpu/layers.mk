@@ -13,9 +13,9 @@ ifeq ($(BACKEND),cuda)
 GPU_TEST_LAYER_OPS = encoder layernorm matmul gelu residual crossentropy adamw
 GPU_TEST_CUDA_SRC = layers/device.cu $(patsubst %,layers/%.cu,$(GPU_TEST_LAYER_OPS)) attention/naive.cu
 GPU_TEST_CPU_SRC = layers/device_cpu.c $(patsubst %,layers/%.c,$(GPU_TEST_LAYER_OPS)) attention/naive.c
-CPU_REF_SYMS = backend_name backend_init backend_describe device_memory_total \
+CPU_REF_SYMS = backend_name backend_init backend_describe device_memory_total device_memory_free \
     backend_workspace_size encoder_backward_scratch_size layernorm_backward_scratch_size \
-    matmul_backward_scratch_size dev_malloc \
+    matmul_backward_scratch_size dev_malloc dev_try_malloc \
     dev_free dev_memset_zero dev_upload dev_download dev_copy dev_synchronize dev_bytes_in_use \
     dev_bytes_peak floatX_upload floatX_download floatX_from_float encoder_forward \
     encoder_backward layernorm_forward layernorm_backward matmul_forward matmul_backward \
@@ -25,7 +25,8 @@ CPU_REF_SYMS = backend_name backend_init backend_describe device_memory_total \
 CPU_REF_CFLAGS = $(filter-out -DBACKEND_CUDA,$(CFLAGS)) $(foreach s,$(CPU_REF_SYMS),-D$(s)=cpu_$(s))
 CPU_REF_OBJ = $(patsubst %.c,$(BUILD)/cpuref/%.o,$(GPU_TEST_CPU_SRC))
 
-$(BUILD)/cpuref/%.o: %.c
+# (the renaming list is in this file: a symbol added to it rebuilds the objects)
+$(BUILD)/cpuref/%.o: %.c tests/gpu/layers.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(CPU_REF_CFLAGS) -c $< -o $@
 
