@@ -32,7 +32,8 @@ typedef struct {
 // fields, the sizes, the pointers into the arena, the checkpoint order and the memory report
 // are all expanded from these lists (gpt2.c). A row of a layer (L, ...) is LAYER(...), one
 // tensor for all layers, whose layer l is a view (gpt2_layer_params, gpt2_layer_acts); any
-// other is ONE(...). Shapes are in element counts of the local names of the expanding function.
+// other is ONE(...); an activation that recomputation may share between layers is
+// RECOMPUTED(...). Shapes are in element counts of the local names of the expanding function.
 
 // Parameters, in llm.c's checkpoint order (model files stay byte-compatible with llm.c), one
 // contiguous arena: X(name, elements [per layer], decay, init). decay: AdamW weight decay,
@@ -181,8 +182,9 @@ void gpt2_set_recompute(GPT2 *model, int level);
 // level, as gpt2_print_memory lists them (each tensor rounded up to the arena's alignment).
 size_t gpt2_activation_bytes(GPT2Config c, int B, int T, int recompute);
 // Sizes the activation arena for passes of up to (B, T) now rather than at the first pass.
-// Returns 0, or -1 when the device lacks the memory (the model is unchanged), so that the
-// caller can say which setting would fit; a pass that meets the same lack dies saying so.
+// Returns 0, or -1 when the device lacks the memory, so that the caller can say which setting
+// would fit (the model then holds no activations; a pass allocates them again, or dies saying
+// that they do not fit).
 int gpt2_allocate_activations(GPT2 *model, int B, int T);
 // layer l's activations of the last pass (last_B, last_T): views into the (L, ...) tensors
 LayerActs gpt2_layer_acts(const GPT2 *model, int l);
