@@ -99,13 +99,11 @@ LayerParams gpt2_layer_params(const ParameterTensors *t, size_t C, int l) {
 }
 
 static void validate_config(GPT2Config c, const char *source) {
-    if (c.num_layers < 1 || c.num_heads < 1 || c.channels < 1 || c.max_seq_len < 1 ||
-        c.vocab_size < 1 || c.padded_vocab_size < c.vocab_size || c.num_layers > 1024 ||
-        c.channels > 65536 || c.max_seq_len > (1 << 24) || c.padded_vocab_size > (1 << 24) ||
-        c.channels % c.num_heads != 0)
-        die("%s: invalid model config (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d)", source,
+    const char *problem = gpt2_config_problem(c);
+    if (problem)
+        die("%s: invalid model config (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d): %s", source,
             c.num_layers, c.num_heads, c.channels, c.max_seq_len, c.vocab_size,
-            c.padded_vocab_size);
+            c.padded_vocab_size, problem);
 }
 
 // parameters in the arenas: num_parameters, then the zero padding that makes the shards equal
@@ -257,6 +255,10 @@ void gpt2_load_checkpoint(GPT2 *model, const char *path) {
         if (!isfinite(host[i])) die("%s: parameter %zu is not a finite number", path, i);
     upload_parameters(model, host);
     free(host);
+}
+
+size_t gpt2_checkpoint_bytes(const GPT2 *model) {
+    return 256 * sizeof(int) + model->num_parameters * sizeof(floatX);
 }
 
 void gpt2_save_checkpoint(const GPT2 *model, const char *path) {

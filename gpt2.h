@@ -27,6 +27,19 @@ typedef struct {
     int channels;           // C
 } GPT2Config;
 
+// NULL when the config describes a model this program can hold, else what is wrong with it.
+// Checkpoint loading (gpt2.c) and import_hf, which writes checkpoints, both ask it.
+static inline const char *gpt2_config_problem(GPT2Config c) {
+    if (c.num_layers < 1 || c.num_layers > 1024) return "L must be in [1, 1024]";
+    if (c.num_heads < 1) return "NH must be at least 1";
+    if (c.channels < 1 || c.channels > 65536) return "C must be in [1, 65536]";
+    if (c.channels % c.num_heads != 0) return "C must be a multiple of NH";
+    if (c.max_seq_len < 1 || c.max_seq_len > (1 << 24)) return "maxT must be in [1, 16777216]";
+    if (c.vocab_size < 1) return "V must be at least 1";
+    if (c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 24)) return "Vp must be in [V, 16777216]";
+    return NULL;
+}
+
 // ----------------------------------------------------------------------------------------
 // The tensor tables. Each arena's tensors are listed once, here, as an X-macro; the struct
 // fields, the sizes, the pointers into the arena, the checkpoint order and the memory report
@@ -172,6 +185,7 @@ void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed);
 void gpt2_load_checkpoint(GPT2 *model, const char *path);
 // Writes version 3 (fp32) when floatX is fp32, else version 5 (bf16); atomic.
 void gpt2_save_checkpoint(const GPT2 *model, const char *path);
+size_t gpt2_checkpoint_bytes(const GPT2 *model);   // the size of the file it writes
 void gpt2_free(GPT2 *model);
 
 // The recompute level (RECOMPUTE_*), after gpt2_init_random or gpt2_load_checkpoint and before

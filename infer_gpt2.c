@@ -4,6 +4,7 @@
 // host from the logits: temperature, top-k, top-p (nucleus), or greedily (temperature 0), in
 // which case only the argmax comes back from the device. Text goes to stdout as it is made;
 // timings go to stderr. The model itself is gpt2.c; this file never touches a device pointer.
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +40,8 @@ static void usage(FILE *out) {
         "  -c MODEL    checkpoint, llm.c model file v3 (fp32) or v5 (bf16) (default gpt2_124M.bin;\n"
         "              import_hf makes one from Hugging Face weights), or dN for a random model\n"
         "              with L=N, NH=N, C=64N (benchmarks)\n"
-        "  -p TEXT     the prompt (default: all of stdin, less one final newline; empty: start\n"
-        "              from <|endoftext|>)\n"
+        "  -p TEXT     the prompt (default: all of stdin less one final newline, and there must\n"
+        "              be one; -p '' generates unconditionally, from <|endoftext|>)\n"
         "  --prompt-ids LIST  the prompt as token ids, separated by commas or spaces\n"
         "  -n N        new tokens at most per sample (default 256); fewer when the model's\n"
         "              context fills up\n"
@@ -55,10 +56,14 @@ static void usage(FILE *out) {
         "  --vocab DIR  vocab.bpe and encoder.json, to encode prompts (default data/gpt2)\n"
         "  --tokenizer PATH  tokenizer file, to decode tokens (default data/gpt2_tokenizer.bin)\n"
         "  --ids       print the generated token ids, a line per sample, instead of text\n"
-        "  --logits FILE  write the logits each token was chosen from: fp32, (steps, samples, V)\n"
+        "  --logits FILE  write the logits each token was chosen from: fp32, (steps, samples, V);\n"
+        "              the file appears only when complete\n"
         "  --no-stop   do not stop at <|endoftext|> (benchmarks)\n"
         "  -h, --help  this text\n"
         "Generation stops at <|endoftext|>, after -n tokens, or when the context is full.\n"
+        "A prompt from stdin is its bytes as they are (a NUL byte is GPT-2's token 188, as any\n"
+        "byte); a closed stdin, a directory or an empty input is an error. A failed write to\n"
+        "stdout (a full disk) ends the program with an error.\n"
         "Timings (time to first token, decode tokens/s) go to stderr. On CUDA each decode step\n"
         "is replayed as one CUDA graph; CUDA_GRAPHS=0 in the environment launches kernel by kernel.\n");
 }
@@ -67,28 +72,15 @@ static Options parse_options(int argc, char **argv) {
     Options o = {.checkpoint = "gpt2_124M.bin", .max_new = 256, .temperature = 1.0f,
                  .top_k = 0, .top_p = 1.0f, .seed = 1337, .B = 1, .vocab_dir = "data/gpt2",
                  .tokenizer_path = "data/gpt2_tokenizer.bin"};
-    for (int i = 1; i < argc; i++) {
-        const char *flag = argv[i];
-        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) { usage(stdout); exit(0); }
-        if (!strcmp(flag, "-i")) { o.interactive = 1; continue; }
-        if (!strcmp(flag, "--ids")) { o.print_ids = 1; continue; }
-        if (!strcmp(flag, "--no-stop")) { o.no_stop = 1; continue; }
-        if (i + 1 >= argc) { usage(stderr); die("flag %s needs a value", flag); }
-        const char *v = argv[++i];
-        if (!strcmp(flag, "-c")) o.checkpoint = v;
-        else if (!strcmp(flag, "-p")) o.prompt = v;
-        else if (!strcmp(flag, "--prompt-ids")) o.prompt_ids = v;
-        else if (!strcmp(flag, "-n")) o.max_new = (int)parse_long(flag, v, 1, 1 << 24);
-        else if (!strcmp(flag, "--temperature")) o.temperature = (float)parse_double(flag, v, 0.0, 100.0);
-        else if (!strcmp(flag, "--top-k")) o.top_k = (int)parse_long(flag, v, 0, 1 << 24);
-        else if (!strcmp(flag, "--top-p")) o.top_p = (float)parse_double(flag, v, 0.0, 1.0);
-        else if (!strcmp(flag, "--seed")) o.seed = (uint64_t)parse_long(flag, v, 0, 0x7fffffffffffffffL);
-        else if (!strcmp(flag, "-b")) o.B = (int)parse_long(flag, v, 1, 4096);
-        else if (!strcmp(flag, "--vocab")) o.vocab_dir = v;
-        else if (!strcmp(flag, "--tokenizer")) o.tokenizer_path = v;
-        else if (!strcmp(flag, "--logits")) o.logits_path = v;
-        else { usage(stderr); die("unknown flag %s", flag); }
-    }
+    Flag flags[] = {
+        TEXT_FLAG("-c", &o.checkpoint), TEXT_FLAG("-p", &o.prompt), TEXT_FLAG("--prompt-ids", &o.prompt_ids),
+        INT_FLAG("-n", &o.max_new, 1, 1 << 24), FLOAT_FLAG("--temperature", &o.temperature, 0.0, 100.0),
+        INT_FLAG("--top-k", &o.top_k, 0, 1 << 24), FLOAT_FLAG("--top-p", &o.top_p, 0.0, 1.0),
+        U64_FLAG("--seed", &o.seed, 0, 0x7fffffffffffffffL), INT_FLAG("-b", &o.B, 1, 4096),
+        SWITCH_FLAG("-i", &o.interactive), TEXT_FLAG("--vocab", &o.vocab_dir),
+        TEXT_FLAG("--tokenizer", &o.tokenizer_path), SWITCH_FLAG("--ids", &o.print_ids),
+        TEXT_FLAG("--logits", &o.logits_path), SWITCH_FLAG("--no-stop", &o.no_stop)};
+    parse_flags(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), "infer_gpt2", usage, NULL, 0);
     if (o.top_p <= 0.0f) die("flag --top-p: %g keeps no token; give a probability in (0, 1]", o.top_p);
     if (o.interactive && (o.prompt || o.prompt_ids))
         die("flag -i reads its prompts from stdin: it takes no -p or --prompt-ids");
@@ -112,19 +104,21 @@ typedef struct {
     SampleCandidate *work;  // (B, V)
     int *tokens;            // (B) the tokens of the current step
     int **generated;        // (B, max_new) ids per sample
-    FILE *logits_file;
+    AtomicFile logits_out;  // --logits, renamed into place when generation is done
+    int write_logits;
 } Generator;
 
+// a failed write sets stdout's error flag, which stdout_flush_or_die reports
 static void write_token(const Generator *g, int id) {
     size_t n = 0;
     const uint8_t *bytes = tokenizer_token(g->tok, id, &n);
     fwrite(bytes, 1, n, stdout);
 }
 
-// tokens of a text prompt; empty text starts from <|endoftext|>
-static void encode_prompt(Generator *g, const char *text, TokenList *out) {
+// tokens of a text prompt of len bytes (NUL bytes included); empty text starts from <|endoftext|>
+static void encode_prompt(Generator *g, const char *text, size_t len, TokenList *out) {
     if (!g->have_bpe) die("internal error: no encoder loaded");
-    bpe_encode(&g->bpe, g->scratch, (const uint8_t *)text, strlen(text), 1, out);
+    bpe_encode(&g->bpe, g->scratch, (const uint8_t *)text, len, 1, out);
     if (out->len == 0) {
         if (g->eot < 0) die("the prompt is empty and the model has no <|endoftext|> to start from");
         tokenlist_push(out, g->eot);
@@ -166,14 +160,14 @@ static const char *check_prompt(const Generator *g, const TokenList *prompt, cha
 // the next token of every sample from the current logits
 static void choose_tokens(Generator *g, const Options *o, uint64_t *rng, const int *done) {
     int B = o->B;
-    if (o->temperature == 0.0f && !g->logits_file) {   // greedy: only the argmax comes back
+    if (o->temperature == 0.0f && !g->write_logits) {   // greedy: only the argmax comes back
         gpt2_decode_argmax(&g->cache, g->tokens);
         return;
     }
     gpt2_decode_logits(&g->cache, g->logits);
-    if (g->logits_file)
+    if (g->write_logits)
         for (int b = 0; b < B; b++)
-            fwrite_or_die(g->logits + (size_t)b * g->Vp, sizeof(float), g->V, g->logits_file, o->logits_path);
+            atomic_write(&g->logits_out, g->logits + (size_t)b * g->Vp, (size_t)g->V * sizeof(float));
     SamplerSettings settings = {o->temperature, o->top_k, o->top_p};
     float coins[B];
     for (int b = 0; b < B; b++) coins[b] = sampler_coin(&rng[b]);
@@ -216,7 +210,7 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
             g->generated[b][count[b]++] = id;
             if (B == 1 && !o->print_ids) {
                 write_token(g, id);
-                fflush(stdout);
+                stdout_flush_or_die();   // stops at once on a full disk
             }
         }
     }
@@ -230,7 +224,7 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
         }
         printf("\n");
     }
-    fflush(stdout);
+    stdout_flush_or_die();
     if (step == steps && steps < o->max_new && live > 0)
         fprintf(stderr, "note: stopped after %d tokens: the model's context of %d tokens is full\n",
                 steps, g->maxT);
@@ -240,20 +234,26 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
             (t_end - t0) * 1e3, step > 1 ? (step - 1) * B / decode_s : 0.0);
 }
 
-// the next line of f without its newline, or NULL at the end (free() it)
-static char *read_line(FILE *f) {
+#define STDIN_HINT "give the prompt with -p TEXT or --prompt-ids IDS, or pipe it in"
+
+// the next line of stdin without its newline, its length in *len, or NULL at the end (free() it)
+static char *read_line(size_t *len) {
     char *line = NULL;
     size_t cap = 0;
-    ssize_t n = getline(&line, &cap, f);
+    ssize_t n = getline(&line, &cap, stdin);
     if (n < 0) {
         free(line);
+        if (ferror(stdin)) die("stdin: read error: %s", strerror(errno));
         return NULL;
     }
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    *len = (size_t)n;
     return line;
 }
 
-static char *read_stdin(void) {
+// all of stdin less one final newline, its length in *len; an empty prompt is an error here
+// (unconditional generation is asked for with -p '')
+static char *read_stdin(size_t *len_out) {
     size_t len = 0, cap = 4096;
     char *text = malloc(cap);
     if (!text) die("out of host memory reading stdin");
@@ -266,13 +266,36 @@ static char *read_stdin(void) {
             if (!text) die("out of host memory reading stdin");
         }
     }
-    if (len > 0 && text[len - 1] == '\n') len--;
+    if (ferror(stdin)) die("stdin: read error: %s", strerror(errno));
+    int newline = len > 0 && text[len - 1] == '\n';
+    if (newline) len--;
+    if (len == 0)
+        die("stdin held no prompt (%s): %s; -p '' generates unconditionally, from <|endoftext|>",
+            newline ? "only a newline" : "it is empty", STDIN_HINT);
     text[len] = '\0';
+    *len_out = len;
     return text;
+}
+
+// --logits being written: whatever ends the program early (die() included) removes it
+static AtomicFile *pending_logits = NULL;
+static void remove_pending_logits(void) {
+    if (pending_logits && pending_logits->f) atomic_abort(pending_logits);
 }
 
 int main(int argc, char **argv) {
     Options o = parse_options(argc, argv);
+    // a prompt from stdin is read first: a bad one fails before the model loads
+    char *stdin_text = NULL;
+    size_t stdin_len = 0;
+    if (o.interactive || (!o.prompt && !o.prompt_ids)) {
+        stdin_readable_or_die(STDIN_HINT);
+        if (!o.interactive) {
+            if (isatty(STDIN_FILENO))
+                fprintf(stderr, "reading the prompt from stdin until its end (Ctrl-D); -p TEXT gives it here\n");
+            stdin_text = read_stdin(&stdin_len);
+        }
+    }
     if (backend_init() != 0) die("the %s backend could not start (see above)", backend_name());
     Generator g;
     memset(&g, 0, sizeof(g));
@@ -324,17 +347,23 @@ int main(int argc, char **argv) {
         g.generated[b] = malloc((size_t)o.max_new * sizeof(int));
         if (!g.generated[b]) die("out of host memory");
     }
-    if (o.logits_path) g.logits_file = fopen_or_die(o.logits_path, "wb");
+    if (o.logits_path) {   // opened before any work, so a bad path fails at once
+        atomic_open(&g.logits_out, o.logits_path);
+        g.write_logits = 1;
+        pending_logits = &g.logits_out;
+        atexit(remove_pending_logits);
+    }
 
     char err[256];
     TokenList prompt = {0};
     if (o.interactive) {
         char *line;
+        size_t len;
         if (isatty(STDIN_FILENO)) fprintf(stderr, "> ");
-        while ((line = read_line(stdin)) != NULL) {
-            if (line[0]) {
+        while ((line = read_line(&len)) != NULL) {
+            if (len) {
                 prompt.len = 0;
-                encode_prompt(&g, line, &prompt);
+                encode_prompt(&g, line, len, &prompt);
                 const char *why = check_prompt(&g, &prompt, err, sizeof(err));
                 if (why) fprintf(stderr, "error: %s\n", why);
                 else generate(&g, &o, &prompt);
@@ -346,16 +375,17 @@ int main(int argc, char **argv) {
         if (o.prompt_ids) {
             parse_prompt_ids(o.prompt_ids, &prompt);
         } else {
-            char *text = o.prompt ? strdup(o.prompt) : read_stdin();
-            encode_prompt(&g, text, &prompt);
-            free(text);
+            if (o.prompt) encode_prompt(&g, o.prompt, strlen(o.prompt), &prompt);
+            else encode_prompt(&g, stdin_text, stdin_len, &prompt);
+            free(stdin_text);
         }
         const char *why = check_prompt(&g, &prompt, err, sizeof(err));
         if (why) die("%s", why);
         generate(&g, &o, &prompt);
     }
 
-    if (g.logits_file && fclose(g.logits_file) != 0) die("%s: write error", o.logits_path);
+    if (g.write_logits) atomic_commit(&g.logits_out);
+    stdout_flush_or_die();
     tokenlist_free(&prompt);
     for (int b = 0; b < o.B; b++) free(g.generated[b]);
     free(g.generated);

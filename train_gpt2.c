@@ -9,10 +9,15 @@
 // training state does not depend on the number of ranks.
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "attention/attention.h"
 #include "data/dataloader.h"
@@ -20,10 +25,8 @@
 #include "gpt2.h"
 #include "sampler.h"
 #include "layers/comm.h"
+#include "train_state.h"
 #include "utils.h"
-
-#define TRAIN_STATE_MAGIC 20241129
-#define TRAIN_STATE_VERSION 1
 
 typedef struct {
     const char *train_pattern;   // -i
@@ -44,8 +47,10 @@ typedef struct {
     int sample_every;            // -s
     int gen_tokens;              // -g
     int checkpoint_every;        // -n
+    int keep_checkpoints;        // -nk (0: all)
     int resume;                  // -y
     int recompute;               // -r  activation recomputation level (gpt2.h: RECOMPUTE_*)
+    int overwrite;               // --overwrite
     int shuffle;                 // --shuffle
     int max_seq_len;             // --max-seq-len (from-scratch models)
     float max_grad_norm;         // --max-grad-norm
@@ -56,6 +61,7 @@ typedef struct {
     const char *comm_dir;        // --comm-dir
     const char *comm;            // --comm   auto, or the build's transport (nccl, shm)
     double comm_timeout;         // --comm-timeout
+    double peak_tflops;          // --peak-tflops: the MFU's peak; 0 = the device's datasheet rate
 } Options;
 
 static void usage(FILE *out) {
@@ -73,19 +79,24 @@ static void usage(FILE *out) {
         "  -u STEPS    linear warmup steps (default 0)\n"
         "  -q FRAC     final learning rate as a fraction of the peak, cosine decay (default 1.0: constant)\n"
         "  -c WD       AdamW weight decay on 2-D weights (default 0.0)\n"
-        "  -x STEPS    optimizer steps (default -1: one epoch of the training data)\n"
+        "  -x STEPS    optimizer steps, at least 1, or -1: one epoch of the training data (default -1)\n"
         "  -v EVERY    validate every EVERY steps, 0 = never (default 20)\n"
         "  -m BATCHES  validation batches (default 20; capped at what the files hold)\n"
         "  -s EVERY    sample text every EVERY steps, 0 = never (default 20)\n"
         "  -g TOKENS   tokens to generate when sampling (default 64)\n"
         "  -n EVERY    checkpoint every EVERY steps into -o, 0 = only at the end when -o is set (default 0)\n"
+        "  -nk N       keep only the last N checkpoints in -o, 0 = all (default 0)\n"
         "  -y 1        resume from the latest checkpoint in -o (default 0)\n"
         "  -r LEVEL    recompute activations in backward to save memory: 0 none, 1 GELU,\n"
         "              2 GELU and layernorm; gradients stay bit-identical (default 0)\n"
+        "  --overwrite a new run (no -y 1) into an -o folder that holds another run's checkpoints\n"
+        "              and log.csv: delete them first (default: refuse)\n"
         "  --shuffle   shuffle shard and batch order every epoch\n"
         "  --seed N    seed for initialisation, shuffling and sampling (default 1337)\n"
         "  --max-seq-len N  max_seq_len of a new dN model (default max(T, 1024))\n"
         "  --max-grad-norm X  clip the global gradient norm to X, 0 = off (default 1.0)\n"
+        "  --peak-tflops X   the peak the MFU is measured against (default: the GPU's\n"
+        "                    datasheet dense bf16 rate, where the program knows the GPU)\n"
         "  --tokenizer PATH  tokenizer file to decode samples (default data/gpt2_tokenizer.bin)\n"
         "data parallelism (one process per device; -b is per process, -d counts all processes):\n"
         "  --world N   number of processes (default: from mpirun, torchrun or srun, else 1)\n"
@@ -95,7 +106,9 @@ static void usage(FILE *out) {
         "  --comm-dir DIR  rendezvous folder every process can reach; needed when N > 1\n"
         "  --comm MODE auto: communication only when N > 1; %s: set it up even for N = 1 (default auto)\n"
         "  --comm-timeout S  seconds to wait for every process to join (default 120)\n"
-        "  -h, --help  this text\n", comm_transport());
+        "  -h, --help  this text\n"
+        "Ctrl-C (SIGINT) or SIGTERM: the step in flight ends, a checkpoint is written into -o, and\n"
+        "the program exits 130 (143); a second one ends it at once.\n", comm_transport());
 }
 
 // An integer from the environment, or -1 when the variable is not set.
@@ -135,58 +148,53 @@ static Options parse_options(int argc, char **argv) {
         .init = "d12", .out_dir = NULL, .tokenizer_path = "data/gpt2_tokenizer.bin",
         .B = 4, .T = 1024, .total_batch = -1, .lr = 3e-4f, .warmup = 0, .final_lr_frac = 1.0f,
         .weight_decay = 0.0f, .max_steps = -1, .val_every = 20, .val_batches = 20,
-        .sample_every = 20, .gen_tokens = 64, .checkpoint_every = 0, .resume = 0, .recompute = 0, .shuffle = 0,
+        .sample_every = 20, .gen_tokens = 64, .checkpoint_every = 0, .resume = 0, .shuffle = 0,
         .max_seq_len = 0, .max_grad_norm = 1.0f, .seed = 1337, .world = -1, .rank = -1,
-        .local_rank = -1, .comm_dir = NULL, .comm = "auto", .comm_timeout = 120.0};
-    for (int i = 1; i < argc; i++) {
-        const char *flag = argv[i];
-        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) { usage(stdout); exit(0); }
-        if (!strcmp(flag, "--shuffle")) { o.shuffle = 1; continue; }
-        if (i + 1 >= argc) { usage(stderr); die("flag %s needs a value", flag); }
-        const char *v = argv[++i];
-        if (!strcmp(flag, "-i")) o.train_pattern = v;
-        else if (!strcmp(flag, "-j")) o.val_pattern = v;
-        else if (!strcmp(flag, "-e")) o.init = v;
-        else if (!strcmp(flag, "-o")) o.out_dir = v;
-        else if (!strcmp(flag, "--tokenizer")) o.tokenizer_path = v;
-        else if (!strcmp(flag, "-b")) o.B = (int)parse_long(flag, v, 1, 1 << 16);
-        else if (!strcmp(flag, "-t")) o.T = (int)parse_long(flag, v, 1, 1 << 20);
-        else if (!strcmp(flag, "-d")) o.total_batch = parse_long(flag, v, -1, 1L << 40);
-        else if (!strcmp(flag, "-l")) o.lr = (float)parse_double(flag, v, 0.0, 10.0);
-        else if (!strcmp(flag, "-u")) o.warmup = (int)parse_long(flag, v, 0, 1L << 30);
-        else if (!strcmp(flag, "-q")) o.final_lr_frac = (float)parse_double(flag, v, 0.0, 1.0);
-        else if (!strcmp(flag, "-c")) o.weight_decay = (float)parse_double(flag, v, 0.0, 10.0);
-        else if (!strcmp(flag, "-x")) o.max_steps = (int)parse_long(flag, v, -1, 1L << 30);
-        else if (!strcmp(flag, "-v")) o.val_every = (int)parse_long(flag, v, 0, 1L << 30);
-        else if (!strcmp(flag, "-m")) o.val_batches = (int)parse_long(flag, v, 1, 1L << 30);
-        else if (!strcmp(flag, "-s")) o.sample_every = (int)parse_long(flag, v, 0, 1L << 30);
-        else if (!strcmp(flag, "-g")) o.gen_tokens = (int)parse_long(flag, v, 1, 1 << 20);
-        else if (!strcmp(flag, "-n")) o.checkpoint_every = (int)parse_long(flag, v, 0, 1L << 30);
-        else if (!strcmp(flag, "-y")) o.resume = (int)parse_long(flag, v, 0, 1);
-        else if (!strcmp(flag, "-r")) o.recompute = (int)parse_long(flag, v, 0, RECOMPUTE_LEVELS - 1);
-        else if (!strcmp(flag, "--seed")) o.seed = (uint64_t)parse_long(flag, v, 0, 0x7fffffffffffffffL);
-        else if (!strcmp(flag, "--max-seq-len")) o.max_seq_len = (int)parse_long(flag, v, 1, 1 << 20);
-        else if (!strcmp(flag, "--max-grad-norm")) o.max_grad_norm = (float)parse_double(flag, v, 0.0, 1e9);
-        else if (!strcmp(flag, "--world")) o.world = (int)parse_long(flag, v, 1, 1 << 20);
-        else if (!strcmp(flag, "--rank")) o.rank = (int)parse_long(flag, v, 0, 1 << 20);
-        else if (!strcmp(flag, "--local-rank")) o.local_rank = (int)parse_long(flag, v, 0, 1 << 10);
-        else if (!strcmp(flag, "--comm-dir")) o.comm_dir = v;
-        else if (!strcmp(flag, "--comm")) o.comm = v;
-        else if (!strcmp(flag, "--comm-timeout")) o.comm_timeout = parse_double(flag, v, 0.0, 1e6);
-        else { usage(stderr); die("unknown flag %s", flag); }
-    }
+        .local_rank = -1, .comm_dir = NULL, .comm = "auto", .comm_timeout = 120.0,
+        .peak_tflops = 0.0};
+    Flag flags[] = {
+        TEXT_FLAG("-i", &o.train_pattern), TEXT_FLAG("-j", &o.val_pattern), TEXT_FLAG("-e", &o.init),
+        TEXT_FLAG("-o", &o.out_dir), TEXT_FLAG("--tokenizer", &o.tokenizer_path),
+        INT_FLAG("-b", &o.B, 1, 1 << 16), INT_FLAG("-t", &o.T, 1, 1 << 20),
+        LONG_FLAG("-d", &o.total_batch, -1, 1L << 40), FLOAT_FLAG("-l", &o.lr, 0.0, 10.0),
+        INT_FLAG("-u", &o.warmup, 0, 1 << 30), FLOAT_FLAG("-q", &o.final_lr_frac, 0.0, 1.0),
+        FLOAT_FLAG("-c", &o.weight_decay, 0.0, 10.0), INT_FLAG("-x", &o.max_steps, -1, 1 << 30),
+        INT_FLAG("-v", &o.val_every, 0, 1 << 30), INT_FLAG("-m", &o.val_batches, 1, 1 << 30),
+        INT_FLAG("-s", &o.sample_every, 0, 1 << 30), INT_FLAG("-g", &o.gen_tokens, 1, 1 << 20),
+        INT_FLAG("-n", &o.checkpoint_every, 0, 1 << 30), INT_FLAG("-nk", &o.keep_checkpoints, 0, 1 << 20),
+        INT_FLAG("-y", &o.resume, 0, 1), INT_FLAG("-r", &o.recompute, 0, RECOMPUTE_LEVELS - 1),
+        SWITCH_FLAG("--overwrite", &o.overwrite),
+        SWITCH_FLAG("--shuffle", &o.shuffle), U64_FLAG("--seed", &o.seed, 0, LONG_MAX),
+        INT_FLAG("--max-seq-len", &o.max_seq_len, 1, 1 << 20),
+        FLOAT_FLAG("--max-grad-norm", &o.max_grad_norm, 0.0, 1e9),
+        INT_FLAG("--world", &o.world, 1, 1 << 20), INT_FLAG("--rank", &o.rank, 0, 1 << 20),
+        INT_FLAG("--local-rank", &o.local_rank, 0, 1 << 10), TEXT_FLAG("--comm-dir", &o.comm_dir),
+        TEXT_FLAG("--comm", &o.comm), DOUBLE_FLAG("--comm-timeout", &o.comm_timeout, 0.0, 1e6),
+        DOUBLE_FLAG("--peak-tflops", &o.peak_tflops, 0.0, 1e6)};
+    parse_flags(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), "train_gpt2", usage, NULL, 0);
+    if (o.max_steps == 0) die("flag -x: 0 steps trains nothing; give a positive count, or -1 for one epoch");
     ranks_from_environment(&o);
     if (o.rank >= o.world)
         die("rank %d is outside a world of %d rank(s): ranks are 0 .. world-1", o.rank, o.world);
     if (strcmp(o.comm, "auto") != 0 && strcmp(o.comm, comm_transport()) != 0)
         die("flag --comm: '%s' is not this build's transport; use auto or %s", o.comm, comm_transport());
-    long micro = (long)o.B * o.T * o.world;   // tokens of one micro-step of every rank
+    // every size derived from the flags, in 64 bits: B*T indexes one micro-batch's tokens as an
+    // int, and the micro-steps of a step are counted in an int (and in the training state)
+    long tokens = (long)o.B * o.T, micro = tokens * o.world;   // one micro-step, one and all ranks
+    if (tokens > INT_MAX)
+        die("flags -b %d -t %d: %ld tokens per micro-batch, more than %d", o.B, o.T, tokens, INT_MAX);
     if (o.total_batch == -1) o.total_batch = micro;
     if (o.total_batch <= 0 || o.total_batch % micro != 0)
         die("flag -d: total batch %ld tokens is not a positive multiple of B*T*world = %d*%d*%d = %ld",
             o.total_batch, o.B, o.T, o.world, micro);
+    if (o.total_batch / tokens > INT_MAX)
+        die("flag -d: %ld tokens per step are %ld micro-batches of B*T = %ld, more than %d", o.total_batch,
+            o.total_batch / tokens, tokens, INT_MAX);
     if (o.resume && !o.out_dir) die("flag -y 1 needs -o: the folder to resume from");
+    if (o.resume && o.overwrite) die("flags -y 1 and --overwrite: resume the run in -o, or replace it; not both");
+    if (o.overwrite && !o.out_dir) die("flag --overwrite needs -o: the folder whose run it replaces");
     if (o.checkpoint_every && !o.out_dir) die("flag -n needs -o: the folder to write checkpoints to");
+    if (o.keep_checkpoints && !o.out_dir) die("flag -nk needs -o: the folder whose checkpoints it prunes");
     return o;
 }
 
@@ -202,22 +210,102 @@ static float learning_rate(const Options *o, int step, int max_steps) {   // ste
 }
 
 // ----------------------------------------------------------------------------------------
-// training state: everything besides the model file that a resumed run needs to continue
-// exactly: step, data position, sampling RNG, the shapes it was made with, optimizer state.
-
-typedef struct {
-    int32_t header[8];         // magic, version, step, B, T, micro-batches per step (all ranks
-                               // together: the same for any number of ranks), has_master, 0
-    int64_t data_epoch, data_shard, data_batch;
-    uint64_t rng;
-    uint64_t num_parameters;
-} TrainState;
+// the output folder: checkpoints (model_%08d.bin + state_%08d.bin, a step's checkpoint only
+// when both are there: the model file is written first) and log.csv
 
 static void model_path(char *buf, size_t n, const char *dir, int step) {
     snprintf(buf, n, "%s/model_%08d.bin", dir, step);
 }
 static void state_path(char *buf, size_t n, const char *dir, int step) {
     snprintf(buf, n, "%s/state_%08d.bin", dir, step);
+}
+
+// the step of a checkpoint file's name ("model_%08d.bin" or "state_%08d.bin"), or -1
+static int checkpoint_step(const char *name, const char *prefix) {
+    size_t len = strlen(prefix);
+    if (strncmp(name, prefix, len) != 0) return -1;
+    int step, consumed = 0;
+    if (sscanf(name + len, "%d.bin%n", &step, &consumed) != 1 || consumed == 0 ||
+        name[len + consumed] != '\0' || step < 0)
+        return -1;
+    return step;
+}
+
+// the steps of the complete checkpoints in dir: the newest max of them into steps, newest
+// first; returns how many there are in all
+static int list_checkpoints(const char *dir, int *steps, int max) {
+    DIR *d = opendir(dir);
+    if (!d) die("cannot read folder %s: %s", dir, strerror(errno));
+    int n = 0, kept = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step = checkpoint_step(e->d_name, "state_");
+        char path[4096];
+        model_path(path, sizeof(path), dir, step);
+        if (step < 0 || !file_exists(path)) continue;
+        n++;
+        if (kept == max && step < steps[max - 1]) continue;
+        int i = kept < max ? kept++ : max - 1;   // insertion, dropping the oldest when full
+        for (; i > 0 && steps[i - 1] < step; i--) steps[i] = steps[i - 1];
+        steps[i] = step;
+    }
+    closedir(d);
+    return n;
+}
+
+// A fresh run must not mix with another run's files (a later -y 1 would resume from its
+// checkpoints, and its log would be cut): refuses, or with --overwrite names what goes. The
+// files are deleted by remove_previous_run, once the model is built (-e may be one of them).
+static int previous_run_files(const char *dir, int remove_them) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    char first[512] = "";
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (checkpoint_step(e->d_name, "model_") < 0 && checkpoint_step(e->d_name, "state_") < 0 &&
+            strcmp(e->d_name, "log.csv") != 0)
+            continue;
+        if (!n) snprintf(first, sizeof(first), "%s", e->d_name);
+        n++;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (remove_them && unlink(path) != 0) die("cannot delete %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+    if (n && !remove_them)
+        die("-o %s holds another run (%s and %d more file(s) of checkpoints and log): resume it with "
+            "-y 1, write elsewhere with another -o, or delete them with --overwrite", dir, first, n - 1);
+    return n;
+}
+
+// -nk: deletes the files of the checkpoints older than the newest keep: every state file
+// first, then the model files, so that a kill in between leaves model files alone, which are
+// no checkpoint (and go with the next pruning)
+static void prune_checkpoints(const char *dir, int keep) {
+    if (keep <= 0) return;
+    int *steps = malloc((size_t)keep * sizeof(int));
+    if (!steps) die("out of host memory for -nk %d", keep);
+    int n = list_checkpoints(dir, steps, keep), oldest_kept = n > keep ? steps[keep - 1] : 0;
+    free(steps);
+    if (n <= keep) return;
+    int removed = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *prefix = pass == 0 ? "state_" : "model_";
+        DIR *d = opendir(dir);
+        if (!d) die("cannot read folder %s: %s", dir, strerror(errno));
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            int step = checkpoint_step(e->d_name, prefix);
+            if (step < 0 || step >= oldest_kept) continue;
+            char path[4096];
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            if (unlink(path) != 0) die("cannot delete %s: %s", path, strerror(errno));
+            removed += pass == 0;
+        }
+        closedir(d);
+    }
+    if (removed) printf("removed %d older checkpoint(s) (-nk %d)\n", removed, keep);
 }
 
 // every rank calls it (the optimizer state is gathered from all); rank 0 writes the files
@@ -241,30 +329,29 @@ static void save_checkpoint(const Options *o, const GPT2 *model, const DataLoade
     if (!writer) return;
     atomic_commit(&af);
     printf("saved checkpoint %s/model_%08d.bin and state_%08d.bin\n", o->out_dir, step, step);
+    prune_checkpoints(o->out_dir, o->keep_checkpoints);
 }
 
-// the largest step with both files in dir, or -1
+// the newest complete checkpoint in dir, or -1; a newer model file without its state file
+// (a kill between the two writes) is named and passed over
 static int latest_checkpoint(const char *dir) {
+    int best = -1;
+    list_checkpoints(dir, &best, 1);
     DIR *d = opendir(dir);
     if (!d) die("cannot read folder %s: %s", dir, strerror(errno));
-    int best = -1;
     struct dirent *e;
     while ((e = readdir(d))) {
-        int step, consumed = 0;
-        if (sscanf(e->d_name, "state_%d.bin%n", &step, &consumed) == 1 &&
-            e->d_name[consumed] == '\0' && consumed > 0 && step > best) {
-            char path[4096];
-            model_path(path, sizeof(path), dir, step);
-            if (file_exists(path)) best = step;
-        }
+        int step = checkpoint_step(e->d_name, "model_");
+        if (step > best)
+            printf("note: %s/%s has no state_%08d.bin (its checkpoint was cut short): not resumed "
+                   "from; a run that reaches step %d writes it anew\n", dir, e->d_name, step, step);
     }
     closedir(d);
     return best;
 }
 
-// every rank reads the model and its own shard of the optimizer state
-static int resume_from(const Options *o, GPT2 *model, DataLoader *train, int global_micro,
-                       uint64_t *rng) {
+// every rank reads the model and the training state (and its own shard of the optimizer state)
+static int resume_from(const Options *o, GPT2 *model, TrainState *s) {
     int step = latest_checkpoint(o->out_dir);
     if (step < 0) die("-y 1: no checkpoint (model_*.bin with state_*.bin) in %s", o->out_dir);
     char path[4096];
@@ -272,27 +359,145 @@ static int resume_from(const Options *o, GPT2 *model, DataLoader *train, int glo
     gpt2_load_checkpoint(model, path);
     state_path(path, sizeof(path), o->out_dir, step);
     FILE *f = fopen_or_die(path, "rb");
-    TrainState s;
-    fread_or_die(&s, sizeof(s), 1, f, path);
-    if (s.header[0] != TRAIN_STATE_MAGIC) die("%s: not a training-state file (bad magic)", path);
-    if (s.header[1] != TRAIN_STATE_VERSION) die("%s: unsupported version %d", path, s.header[1]);
-    if (s.header[2] != step) die("%s: holds step %d, its name says %d", path, s.header[2], step);
-    if (s.header[3] != o->B || s.header[4] != o->T || s.header[5] != global_micro)
-        die("%s: was written with -b %d -t %d and %d micro-batches per step (all ranks); these "
-            "flags say -b %d -t %d and %d: resume with the same -b, -t and -d", path, s.header[3],
-            s.header[4], s.header[5], o->B, o->T, global_micro);
-    if (s.num_parameters != model->num_parameters || s.header[6] != (model->master_weights != NULL))
+    long size = file_size_or_die(f, path);
+    memset(s, 0, sizeof(*s));
+    if (size >= (long)sizeof(*s)) fread_or_die(s, sizeof(*s), 1, f, path);
+    char err[256];
+    if (train_state_check(s, (uint64_t)size, err, sizeof(err)) != 0) die("%s: %s", path, err);
+    // one pass over the optimizer state before it is used: a corrupt value would otherwise
+    // surface steps later as a diverged loss
+    enum { CHUNK = 1 << 16 };
+    float *chunk = malloc(CHUNK * sizeof(float));
+    if (!chunk) die("out of host memory reading %s", path);
+    uint64_t total = (uint64_t)(size - (long)sizeof(*s)) / sizeof(float);
+    for (uint64_t first = 0; first < total; first += CHUNK) {
+        size_t n = total - first < CHUNK ? (size_t)(total - first) : CHUNK;
+        fread_or_die(chunk, sizeof(float), n, f, path);
+        if (train_state_check_values(s, chunk, first, n, err, sizeof(err)) != 0) die("%s: %s", path, err);
+    }
+    free(chunk);
+    if (s->header[2] != step) die("%s: holds step %d, its name says %d", path, s->header[2], step);
+    if (s->num_parameters != model->num_parameters || s->header[6] != (model->master_weights != NULL))
         die("%s: written for a model of %llu parameters%s; the checkpoint beside it has %zu%s",
-            path, (unsigned long long)s.num_parameters, s.header[6] ? " with master weights" : "",
+            path, (unsigned long long)s->num_parameters, s->header[6] ? " with master weights" : "",
             model->num_parameters, model->master_weights ? " with master weights" : "");
+    if (fseek(f, (long)sizeof(*s), SEEK_SET) != 0) die("%s: cannot seek: %s", path, strerror(errno));
     gpt2_read_optimizer_state(model, f, path);
-    if (fgetc(f) != EOF) die("%s: unexpected bytes after the optimizer state", path);
     fclose(f);
-    DataPosition pos = {s.data_epoch, s.data_shard, s.data_batch};
-    dataloader_seek(train, pos);
-    *rng = s.rng;
     printf("resumed from %s/model_%08d.bin at step %d\n", o->out_dir, step, step);
     return step;
+}
+
+// the shapes a training state was written with must be these flags' (checked once the data
+// loader knows the micro-batches of a step)
+static void check_state_shapes(const Options *o, const TrainState *s, int global_micro) {
+    if (s->header[3] != o->B || s->header[4] != o->T || s->header[5] != global_micro)
+        die("%s/state_%08d.bin: was written with -b %d -t %d and %d micro-batches per step (all "
+            "ranks); these flags say -b %d -t %d and %d: resume with the same -b, -t and -d",
+            o->out_dir, s->header[2], s->header[3], s->header[4], s->header[5], o->B, o->T, global_micro);
+}
+
+// ----------------------------------------------------------------------------------------
+// log.csv: a header, then a line per step and per validation. Each line goes to the file in
+// one write() as it is made, so after any kill (-9 included) the log holds complete lines up
+// to the last step. A resumed run continues the log from its checkpoint's step: the lines a
+// run wrote after that step (it went on past its last checkpoint) are dropped first, so that
+// the log reads as the one run that the checkpoints hold.
+
+#define LOG_HEADER "step,kind,loss,grad_norm,lr,ms,tokens_per_s\n"
+
+typedef struct {
+    int fd;               // -1: no log (no -o, or not rank 0)
+    char path[4096];
+} Log;
+
+static void log_line(Log *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_line(Log *log, const char *fmt, ...) {
+    if (log->fd < 0) return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0 || n >= (int)sizeof(line)) die("internal error: a log line longer than %zu bytes", sizeof(line));
+    if (write(log->fd, line, (size_t)n) != n) die("%s: write error: %s", log->path, strerror(errno));
+}
+
+// keeps the header and the complete lines of steps up to resume_step: a step's train line is
+// logged before its checkpoint is written, its validation after (and again on resuming)
+static void cut_log(const char *path, int resume_step) {
+    FILE *in = fopen(path, "rb");
+    if (!in) return;
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, LOG_HEADER, strlen(LOG_HEADER));
+    char line[1024];
+    int dropped = 0;
+    while (fgets(line, sizeof(line), in)) {
+        int step, consumed = 0;
+        char kind[8];
+        size_t len = strlen(line);
+        int keep = len > 0 && line[len - 1] == '\n' &&
+                   sscanf(line, "%d,%7[a-z],%n", &step, kind, &consumed) == 2 && consumed > 0 &&
+                   ((!strcmp(kind, "train") && step <= resume_step) ||
+                    (!strcmp(kind, "val") && step < resume_step));
+        if (keep) atomic_write(&af, line, len);
+        else dropped += strcmp(line, LOG_HEADER) != 0;
+    }
+    if (ferror(in)) die("%s: read error: %s", path, strerror(errno));
+    fclose(in);
+    atomic_commit(&af);
+    if (dropped) printf("log: dropped %d line(s) of %s past the checkpoint's step %d\n", dropped, path, resume_step);
+}
+
+static Log open_log(const char *dir, int resume_step) {
+    Log log = {-1, ""};
+    snprintf(log.path, sizeof(log.path), "%s/log.csv", dir);
+    if (resume_step >= 0) cut_log(log.path, resume_step);
+    int exists = file_exists(log.path);
+    log.fd = open(log.path, O_WRONLY | O_CREAT | O_APPEND | (resume_step < 0 ? O_TRUNC : 0), 0644);
+    if (log.fd < 0) die("cannot open %s for writing: %s", log.path, strerror(errno));
+    if (resume_step < 0 || !exists) log_line(&log, "%s", LOG_HEADER);
+    return log;
+}
+
+// ----------------------------------------------------------------------------------------
+// interrupts: SIGINT and SIGTERM ask the loop to stop at the end of the step in flight (the
+// handler only sets a flag); the loop then writes a checkpoint into -o and exits 128 + the
+// signal. A second signal ends the program at once, its temporary files removed.
+
+static volatile sig_atomic_t stop_signal = 0;
+
+static void on_stop_signal(int sig) {
+    if (stop_signal) {
+        atomic_remove_all_signal_safe();
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+    static const char note[] = "\ninterrupted: the step in flight ends, then a checkpoint is "
+                               "written (-o); interrupt again to quit at once\n";
+    if (write(STDERR_FILENO, note, sizeof(note) - 1) < 0) return;   // nothing to do about it
+}
+
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;   // reads and writes in flight continue
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+// Collective, once per step: every rank stops when any was signalled, so that all take the
+// same step's checkpoint. Returns the signal, or 0; a rank not signalled itself reports
+// SIGTERM (it was asked to stop from outside).
+static int stop_requested(void) {
+    int mine = stop_signal;
+    if (comm_allreduce_sum_host(mine ? 1.0 : 0.0) == 0.0) return 0;
+    return mine ? mine : SIGTERM;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -396,8 +601,19 @@ static void make_dir(const char *dir) {
     if (mkdir(path, 0755) != 0 && errno != EEXIST) die("cannot create folder %s: %s", dir, strerror(errno));
 }
 
+// Model FLOPs utilisation, by llm.c's convention: 6 FLOPs per parameter per token (forward
+// and backward of every matrix product, the tied LM head counted once with wte) plus 6 L C T
+// for attention's QK^T and PV (forward 2 L T C per token, backward twice that, causal masking
+// not subtracted), against the peak the device's datasheet gives (device_peak_flops) or
+// --peak-tflops.
+static double flops_per_token(const GPT2 *model, int T) {
+    const GPT2Config *c = &model->config;
+    return 6.0 * (double)model->num_parameters + 6.0 * c->num_layers * c->channels * (double)T;
+}
+
 int main(int argc, char **argv) {
     Options o = parse_options(argc, argv);
+    catch_stop_signals();
     // the other ranks first (on CUDA this also picks this process's GPU), then the backend
     CommConfig comm = {.rank = o.rank, .world = o.world, .local_rank = o.local_rank,
                        .dir = o.comm_dir, .timeout_s = o.comm_timeout,
@@ -407,30 +623,21 @@ int main(int argc, char **argv) {
     // rank 0 alone prints; the others' errors still reach stderr
     if (o.rank != 0 && !freopen("/dev/null", "w", stdout)) die("rank %d: cannot silence its output", o.rank);
 
-    // data first: bad files fail fast, before the model is built
-    DataLoader train, val;
-    dataloader_init(&train, o.train_pattern, o.B, o.T, o.shuffle, o.seed);
-    dataloader_set_rank(&train, o.rank, o.world);
-    int have_val = o.val_every > 0;
-    if (have_val) {
-        dataloader_init(&val, o.val_pattern, o.B, o.T, 0, o.seed);
-        dataloader_set_rank(&val, o.rank, o.world);
+    // the output folder first: what a kill -9 left behind goes, and a new run does not mix
+    // with another one (checked before anything slow)
+    if (o.out_dir && o.rank == 0) {
+        make_dir(o.out_dir);
+        int stale = atomic_remove_stale(o.out_dir);
+        if (stale) printf("removed %d temporary file(s) that an interrupted write left in %s\n", stale, o.out_dir);
+        if (!o.resume && !o.overwrite) previous_run_files(o.out_dir, 0);
     }
-    int global_micro = (int)(o.total_batch / ((long)o.B * o.T));   // per step, all ranks
-    int grad_accum = global_micro / o.world;                        // per step, this rank
-    long batches_per_epoch = 0;
-    for (int i = 0; i < train.num_shards; i++)
-        batches_per_epoch += (long)((train.shard_tokens[i] - 1) / ((size_t)o.B * o.T));
-    int max_steps = o.max_steps >= 0 ? o.max_steps : (int)(batches_per_epoch / global_micro);
-    if (max_steps < 1) max_steps = 1;
 
     // model
     GPT2 model;
-    uint64_t rng = sampler_seed(o.seed, 0);   // the samples' random stream
+    TrainState state;
     int start_step = 0;
-    if (o.out_dir) make_dir(o.out_dir);
     if (o.resume) {
-        start_step = resume_from(&o, &model, &train, global_micro, &rng);
+        start_step = resume_from(&o, &model, &state);
     } else {
         GPT2Config config;
         int max_seq_len = o.max_seq_len ? o.max_seq_len : (o.T > 1024 ? o.T : 1024);
@@ -444,6 +651,39 @@ int main(int argc, char **argv) {
     if (o.T > model.config.max_seq_len)
         die("flag -t %d is longer than the model's max_seq_len %d (from %s)", o.T,
             model.config.max_seq_len, o.resume ? o.out_dir : o.init);
+
+    // data: every token file is checked against the model's vocabulary as it is opened
+    DataLoader train, val;
+    int V = model.config.vocab_size;
+    dataloader_init(&train, o.train_pattern, o.B, o.T, o.shuffle, o.seed, V, "training");
+    dataloader_set_rank(&train, o.rank, o.world);
+    int have_val = o.val_every > 0;
+    if (have_val) {
+        dataloader_init(&val, o.val_pattern, o.B, o.T, 0, o.seed, V, "validation");
+        dataloader_set_rank(&val, o.rank, o.world);
+    }
+    int global_micro = (int)(o.total_batch / ((long)o.B * o.T));   // per step, all ranks
+    int grad_accum = global_micro / o.world;                        // per step, this rank
+    long batches_per_epoch = 0;
+    for (int i = 0; i < train.num_shards; i++)
+        batches_per_epoch += (long)((train.shard_tokens[i] - 1) / ((size_t)o.B * o.T));
+    long epoch_steps = batches_per_epoch / global_micro;
+    if (o.max_steps < 0 && epoch_steps >= 1 << 30)
+        die("one epoch of %s is %ld steps, more than %d: give the number of steps with -x",
+            o.train_pattern, epoch_steps, 1 << 30);
+    int max_steps = o.max_steps >= 0 ? o.max_steps : (int)epoch_steps;
+    if (max_steps < 1) max_steps = 1;   // an epoch shorter than one step: one step
+    uint64_t rng = sampler_seed(o.seed, 0);   // the samples' random stream
+    if (o.resume) {
+        check_state_shapes(&o, &state, global_micro);
+        DataPosition pos = {state.data_epoch, state.data_shard, state.data_batch};
+        dataloader_seek(&train, pos);
+        rng = state.rng;
+    }
+    if (o.overwrite && o.rank == 0) {
+        int removed = previous_run_files(o.out_dir, 1);
+        if (removed) printf("--overwrite: deleted %d file(s) of the earlier run in %s\n", removed, o.out_dir);
+    }
     gpt2_set_recompute(&model, o.recompute);
     allocate_activations(&o, &model);
 
@@ -482,33 +722,59 @@ int main(int argc, char **argv) {
     printf("| learning rate     | %.2e, warmup %d, final fraction %.3f, weight decay %.3f, clip %.2f\n",
            o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.max_grad_norm);
     printf("| seed              | %llu%s\n", (unsigned long long)o.seed, o.shuffle ? ", shuffled" : "");
-    printf("+-------------------+----------------------------------------------------+\n");
-
-    FILE *log = NULL;
-    if (o.out_dir && o.rank == 0) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/log.csv", o.out_dir);
-        int fresh = !file_exists(path) || !o.resume;
-        log = fopen_or_die(path, fresh ? "w" : "a");
-        if (fresh) fprintf(log, "step,kind,loss,grad_norm,lr,ms,tokens_per_s\n");
+    const char *peak_source = "--peak-tflops";
+    double peak_flops = o.peak_tflops > 0.0 ? o.peak_tflops * 1e12 : device_peak_flops(&peak_source);
+    double step_flops = flops_per_token(&model, o.T) * (double)o.total_batch;
+    if (peak_flops > 0.0)
+        printf("| MFU               | 6N + 6LCT = %.3g FLOP/token (llm.c's count), against %.4g TFLOP/s (%s)\n",
+               flops_per_token(&model, o.T), peak_flops / 1e12, peak_source);
+    else
+        printf("| MFU               | not shown: no peak rate known for this device (give one with --peak-tflops)\n");
+    if (o.out_dir) {
+        double model_bytes = (double)gpt2_checkpoint_bytes(&model);
+        double state_bytes = (double)train_state_bytes(model.num_parameters, model.master_weights != NULL);
+        char each[32], m[32], s[32], all[32] = "";
+        format_bytes(each, sizeof(each), model_bytes + state_bytes);
+        format_bytes(m, sizeof(m), model_bytes);
+        format_bytes(s, sizeof(s), state_bytes);
+        if (o.keep_checkpoints) format_bytes(all, sizeof(all), o.keep_checkpoints * (model_bytes + state_bytes));
+        printf("| checkpoints       | %s each (model %s + state %s) into %s, ", each, m, s, o.out_dir);
+        if (o.checkpoint_every) printf("every %d steps and at the end", o.checkpoint_every);
+        else printf("at the end");
+        if (o.keep_checkpoints) printf(", the last %d kept (%s)\n", o.keep_checkpoints, all);
+        else printf(", all kept\n");
     }
+    printf("+-------------------+----------------------------------------------------+\n");
+    fflush(stdout);
+
+    Log log = {-1, ""};
+    if (o.out_dir && o.rank == 0) log = open_log(o.out_dir, o.resume ? start_step : -1);
 
     double total_ms = 0.0;
-    int timed_steps = 0;
+    int timed_steps = 0, steps_done = start_step, interrupted = 0;
     float last_train_loss = NAN, last_val_loss = NAN;
     for (int step = start_step; step <= max_steps; step++) {
-        int last = step == max_steps;
-        if (o.out_dir && step > start_step &&
-            (last || (o.checkpoint_every && step % o.checkpoint_every == 0)))
-            save_checkpoint(&o, &model, &train, step, global_micro, rng);
+        steps_done = step;
+        interrupted = stop_requested();
+        int last = step == max_steps || interrupted;
+        int save = o.out_dir && step > start_step &&
+                   (last || (o.checkpoint_every && step % o.checkpoint_every == 0));
+        if (save) save_checkpoint(&o, &model, &train, step, global_micro, rng);
+        if (interrupted) break;
         if (have_val && (last || step % o.val_every == 0)) {
             last_val_loss = evaluate(&model, &val, o.val_batches);
             printf("step %d: val loss %.6f\n", step, last_val_loss);
-            if (log) fprintf(log, "%d,val,%.6f,,,,\n", step, last_val_loss);
+            log_line(&log, "%d,val,%.6f,,,,\n", step, last_val_loss);
         }
         if (o.rank == 0 && o.sample_every && step > 0 && (last || step % o.sample_every == 0))
             sample_text(&model, tok, o.gen_tokens, &rng);
         if (last) break;
+        // a signal during the checkpoint, validation or sampling stops before the next step
+        if ((interrupted = stop_requested())) {
+            if (o.out_dir && step > start_step && !save)
+                save_checkpoint(&o, &model, &train, step, global_micro, rng);
+            break;
+        }
 
         double t0 = wall_seconds();
         gpt2_zero_grad(&model);
@@ -530,9 +796,11 @@ int main(int argc, char **argv) {
                 "rate (-l); checkpoints written so far are intact", step + 1, loss, norm);
         if (step > start_step) { total_ms += ms; timed_steps++; }   // the first step warms up
         double tok_s = o.total_batch / (ms / 1e3);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s\n", step + 1,
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s", step + 1,
                max_steps, loss, norm, lr, ms, tok_s);
-        if (log) fprintf(log, "%d,train,%.6f,%.6f,%.6e,%.3f,%.1f\n", step + 1, loss, norm, lr, ms, tok_s);
+        if (peak_flops > 0.0) printf(" | MFU %.1f%%", 100.0 * step_flops / (ms / 1e3) / peak_flops);
+        printf("\n");
+        log_line(&log, "%d,train,%.6f,%.6f,%.6e,%.3f,%.1f\n", step + 1, loss, norm, lr, ms, tok_s);
         last_train_loss = (float)loss;
         fflush(stdout);
     }
@@ -540,16 +808,27 @@ int main(int argc, char **argv) {
     char peak[32];
     format_bytes(peak, sizeof(peak), (double)dev_bytes_peak());
     gpt2_print_memory(&model);
-    printf("summary: %d steps, final train loss %.6f, ", max_steps - start_step, last_train_loss);
+    printf("summary: %d steps, final train loss %.6f, ", steps_done - start_step, last_train_loss);
     if (have_val) printf("final val loss %.6f, ", last_val_loss);
-    if (timed_steps) printf("%.2f ms/step, %.0f tok/s (mean over steps after the first), ",
-                            total_ms / timed_steps, o.total_batch / (total_ms / timed_steps / 1e3));
+    if (timed_steps) {
+        double mean_s = total_ms / timed_steps / 1e3;
+        printf("%.2f ms/step, %.0f tok/s (mean over steps after the first), %.3g TFLOP/s, ",
+               mean_s * 1e3, o.total_batch / mean_s, step_flops / mean_s / 1e12);
+        if (peak_flops > 0.0)
+            printf("MFU %.1f%% of %.4g TFLOP/s, ", 100.0 * step_flops / mean_s / peak_flops, peak_flops / 1e12);
+    }
     printf("peak %s memory %s\n", backend_name(), peak);
-    if (log) fclose(log);
+    if (interrupted) {
+        if (!o.out_dir) printf("interrupted after step %d: no -o, so no checkpoint\n", steps_done);
+        else if (steps_done > start_step)
+            printf("interrupted after step %d: resume with the same flags and -y 1\n", steps_done);
+        else printf("interrupted before a step was trained: nothing new to save\n");
+    }
+    if (log.fd >= 0 && close(log.fd) != 0) die("%s: write error: %s", log.path, strerror(errno));
     if (tok) tokenizer_free(&tokenizer);
     if (have_val) dataloader_free(&val);
     dataloader_free(&train);
     gpt2_free(&model);
     comm_free();
-    return 0;
+    return interrupted ? 128 + interrupted : 0;
 }

@@ -4,6 +4,10 @@
 // Nothing of size T x T ever reaches device memory. The forward keeps one logsumexp per row;
 // the backward recomputes the probabilities tile by tile from Q, K and that logsumexp.
 //
+// On Hopper (compute capability 9.0) the forward is flash_sm90.cu's TMA + wgmma kernel instead
+// (chosen at run time in attention_forward; both are in every flash build); it saves the same
+// logsumexp, so the backward below serves both.
+//
 // ---- notation -------------------------------------------------------------------------------
 // Per head (b, h): Q, K, V, O, dO are (T, HS) views of the packed tensors, read and written in
 // place (row stride 3*C in qkv and dqkv, C in out and dout; C = NH*HS), so no permute kernels.
@@ -47,6 +51,7 @@
 
 #include "../layers/cuda_common.cuh"
 #include "attention.h"
+#include "flash_sm90.h"
 
 // Tile shapes, overridable at build time (FLASH_FLAGS in tests/gpu/attention.mk) to compare:
 // query rows per warp of the forward at HS=64 (16 or 32; HS=128 always uses 16, since 32 rows
@@ -100,6 +105,19 @@ __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// c0 += a b[0..1], c1 += a b[2..3]: the two 8-column n-tiles of one ldmatrix.x4 B fragment
+__device__ __forceinline__ void mma_bf16_x2(float c0[4], float c1[4], const uint32_t a[4],
+                                            const uint32_t b[4]) {
+    mma_bf16(c0, a, b[0], b[1]);
+    mma_bf16(c1, a, b[2], b[3]);
+}
+// the same for M 16-row tiles: c[m][n0] and c[m][n0 + 1] += a[m] b, for m < M
+template <int M, int N>
+__device__ __forceinline__ void mma_bf16_x2_rows(float (&c)[M][N][4], int n0,
+                                                 const uint32_t (&a)[M][4], const uint32_t b[4]) {
+#pragma unroll
+    for (int m = 0; m < M; m++) mma_bf16_x2(c[m][n0], c[m][n0 + 1], a[m], b);
 }
 // *dst += v, two adjacent floats: one vector reduction (RED.E.ADD.F32x2) on sm_90
 __device__ __forceinline__ void atomic_add_float2(float *dst, float2 v) {
@@ -163,43 +181,45 @@ __device__ __forceinline__ uint32_t b_addr(const bf16 *tile, const LaneAddr &la,
                      ((c0 ^ la.b_x ^ swizzle_bits<ROW>(la.row8)) << 3));
 }
 
-// Start copying rows row0..row0+ROWS-1 of two tensors with the same row layout (each row HS
-// bf16, `stride` elements apart, starting at base_a and base_b) into two swizzled tiles; rows
-// >= T are zero-filled (their source address is base_a/base_b, valid but not read). One
-// address computation serves both copies; offsets within a tile fit in 32 bits.
+// The 16-byte chunks of rows row0..row0+ROWS-1 of a tensor (each row HS bf16, `stride`
+// elements apart) that thread tid copies into a swizzled ROWS x HS tile: copy(dst, offset,
+// valid) for each, dst its offset in the tile, offset its source from the tensor's base (0
+// for rows >= T: valid but not read, and valid false, so the chunk is zero-filled). One
+// address computation serves every tensor copied with the same row layout; offsets within a
+// tile fit in 32 bits.
+template <int ROWS, int HS, int THREADS, typename Copy>
+__device__ __forceinline__ void for_each_tile_chunk(int stride, int row0, int T, int tid,
+                                                    Copy copy) {
+    constexpr int CHUNKS = HS / 8;
+    static_assert((ROWS * CHUNKS) % THREADS == 0, "tile copy must split evenly over threads");
+    const size_t tile_offset = (size_t)row0 * stride;
+#pragma unroll
+    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
+        const int idx = i * THREADS + tid;
+        const int r = idx / CHUNKS, c = idx % CHUNKS;
+        const bool valid = row0 + r < T;
+        copy(swz<HS>(r, c), valid ? tile_offset + (r * stride + c * 8) : 0, valid);
+    }
+}
+// Start copying those rows of two tensors with the same row layout (from base_a, base_b)
+// into two tiles, or of one tensor into one tile.
 template <int ROWS, int HS, int THREADS>
 __device__ __forceinline__ void load_tile_pair(bf16 *tile_a, const bf16 *base_a, bf16 *tile_b,
                                                const bf16 *base_b, int stride, int row0, int T,
                                                int tid) {
-    constexpr int CHUNKS = HS / 8;
-    static_assert((ROWS * CHUNKS) % THREADS == 0, "tile copy must split evenly over threads");
-    const size_t tile_offset = (size_t)row0 * stride;
-#pragma unroll
-    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
-        const int idx = i * THREADS + tid;
-        const int r = idx / CHUNKS, c = idx % CHUNKS;
-        const bool valid = row0 + r < T;
-        const size_t offset = valid ? tile_offset + (r * stride + c * 8) : 0;
-        const int dst = swz<HS>(r, c);
+    for_each_tile_chunk<ROWS, HS, THREADS>(stride, row0, T, tid,
+                                           [&](int dst, size_t offset, bool valid) {
         cp_async_16(smem_addr(tile_a + dst), base_a + offset, valid);
         cp_async_16(smem_addr(tile_b + dst), base_b + offset, valid);
-    }
+    });
 }
-// the same for one tensor
 template <int ROWS, int HS, int THREADS>
 __device__ __forceinline__ void load_tile(bf16 *tile, const bf16 *base, int stride, int row0,
                                           int T, int tid) {
-    constexpr int CHUNKS = HS / 8;
-    static_assert((ROWS * CHUNKS) % THREADS == 0, "tile copy must split evenly over threads");
-    const size_t tile_offset = (size_t)row0 * stride;
-#pragma unroll
-    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
-        const int idx = i * THREADS + tid;
-        const int r = idx / CHUNKS, c = idx % CHUNKS;
-        const bool valid = row0 + r < T;
-        const size_t offset = valid ? tile_offset + (r * stride + c * 8) : 0;
-        cp_async_16(smem_addr(tile + swz<HS>(r, c)), base + offset, valid);
-    }
+    for_each_tile_chunk<ROWS, HS, THREADS>(stride, row0, T, tid,
+                                           [&](int dst, size_t offset, bool valid) {
+        cp_async_16(smem_addr(tile + dst), base + offset, valid);
+    });
 }
 
 // ================================================================================================
@@ -274,12 +294,12 @@ __global__ void __launch_bounds__(kFwdThreads)
 
     cp_async_wait<1>();   // Q has landed (tile 0 may still be in flight)
     __syncthreads();
-    uint32_t qf[MT][KS][4];
+    uint32_t qf[KS][MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
-            ldsm_x4(qf[mt][ks], a_addr<HS>(sQ, la, warp * WARP_ROWS + mt * 16, 2 * ks));
+            ldsm_x4(qf[ks][mt], a_addr<HS>(sQ, la, warp * WARP_ROWS + mt * 16, 2 * ks));
 
     float o[MT][NO][4];
     float m_run[MT][2], l_run[MT][2];   // per owned row (g, g+8): running max (raw), sum
@@ -322,11 +342,7 @@ __global__ void __launch_bounds__(kFwdThreads)
             for (int np = 0; np < NS / 2; np++) {
                 uint32_t kb[4];
                 ldsm_x4(kb, b_addr<HS>(Kt, la, np * 16, 2 * ks));
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma_bf16(s[mt][2 * np], qf[mt][ks], kb[0], kb[1]);
-                    mma_bf16(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
-                }
+                mma_bf16_x2_rows(s, 2 * np, qf[ks], kb);
             }
         }
 
@@ -386,11 +402,7 @@ __global__ void __launch_bounds__(kFwdThreads)
             for (int np = 0; np < NO / 2; np++) {
                 uint32_t vb[4];
                 ldsm_x4_trans(vb, a_addr<HS>(Vt, la, kp * 16, 2 * np));
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma_bf16(o[mt][2 * np], pf[mt], vb[0], vb[1]);
-                    mma_bf16(o[mt][2 * np + 1], pf[mt], vb[2], vb[3]);
-                }
+                mma_bf16_x2_rows(o, 2 * np, pf, vb);
             }
         }
     }
@@ -625,11 +637,9 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
             for (int np = 0; np < NQ / 2; np++) {
                 uint32_t qb[4], ob[4];
                 ldsm_x4(qb, b_addr<HS>(Qt, la, np * 16, 2 * ks));
-                mma_bf16(st[2 * np], ka, qb[0], qb[1]);
-                mma_bf16(st[2 * np + 1], ka, qb[2], qb[3]);
+                mma_bf16_x2(st[2 * np], st[2 * np + 1], ka, qb);
                 ldsm_x4(ob, b_addr<HS>(dOt, la, np * 16, 2 * ks));
-                mma_bf16(dpt[2 * np], va, ob[0], ob[1]);
-                mma_bf16(dpt[2 * np + 1], va, ob[2], ob[3]);
+                mma_bf16_x2(dpt[2 * np], dpt[2 * np + 1], va, ob);
             }
         }
 
@@ -679,11 +689,9 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
             for (int np = 0; np < NHd / 2; np++) {
                 uint32_t ob[4], qb[4];
                 ldsm_x4_trans(ob, a_addr<HS>(dOt, la, kq * 16, 2 * np));
-                mma_bf16(dv[2 * np], pa[kq], ob[0], ob[1]);
-                mma_bf16(dv[2 * np + 1], pa[kq], ob[2], ob[3]);
+                mma_bf16_x2(dv[2 * np], dv[2 * np + 1], pa[kq], ob);
                 ldsm_x4_trans(qb, a_addr<HS>(Qt, la, kq * 16, 2 * np));
-                mma_bf16(dk[2 * np], dsa[kq], qb[0], qb[1]);
-                mma_bf16(dk[2 * np + 1], dsa[kq], qb[2], qb[3]);
+                mma_bf16_x2(dk[2 * np], dk[2 * np + 1], dsa[kq], qb);
             }
         }
         __syncthreads();   // dS^T of all warps in shared memory
@@ -707,11 +715,7 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
             for (int np = 0; np < DQ_COLS / 16; np++) {
                 uint32_t kb[4];
                 ldsm_x4_trans(kb, a_addr<HS>(sK, la, kc * 16, col0 / 8 + 2 * np));
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    mma_bf16(acc[mt][2 * np], dsf[mt], kb[0], kb[1]);
-                    mma_bf16(acc[mt][2 * np + 1], dsf[mt], kb[2], kb[3]);
-                }
+                mma_bf16_x2_rows(acc, 2 * np, dsf, kb);
             }
         }
 #pragma unroll
@@ -814,6 +818,10 @@ size_t attention_scratch_size(int B, int T, int NH, int HS) {
 void attention_forward(floatX *out, void *saved, void *scratch, const floatX *qkv, int B, int T,
                        int NH, int HS) {
     float *logsumexp = static_cast<float *>(saved);
+    if ((HS == 64 || HS == 128) && flash_sm90_enabled()) {   // Hopper: TMA + wgmma kernel
+        flash_sm90_forward(out, logsumexp, qkv, B, T, NH, HS);
+        return;
+    }
     switch (HS) {
         case 64: forward_launch<64, FLASH_FWD_WARP_ROWS>(out, logsumexp, qkv, B, T, NH); break;
         case 128: forward_launch<128, 16>(out, logsumexp, qkv, B, T, NH); break;

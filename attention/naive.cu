@@ -83,58 +83,38 @@ __device__ __forceinline__ size_t split_offset(size_t e, size_t head_stride, int
     return p * head_stride + (((size_t)b * NH + h) * T + t) * HS + d;
 }
 
-// dst part p (B,NH,T,HS), parts head_stride apart  <-  src (B,T,parts,NH,HS)
-// one thread per VEC elements, in source order (coalesced reads, 16-byte row-chunk writes)
-template <int VEC>
-__global__ void split_heads_kernel(bf16 *__restrict__ dst, const bf16 *__restrict__ src,
-                                   size_t head_stride, int parts, int B, int T, int NH, int HS) {
+// SPLIT:  dst part p (B,NH,T,HS), parts head_stride apart  <-  src (B,T,parts,NH,HS)
+// !SPLIT: the reverse, dst (B,T,parts,NH,HS)  <-  src part p (B,NH,T,HS)
+// one thread per VEC elements, in packed order (coalesced on the packed side, 16-byte row
+// chunks on the split side)
+template <int VEC, bool SPLIT>
+__global__ void permute_heads_kernel(bf16 *__restrict__ dst, const bf16 *__restrict__ src,
+                                     size_t head_stride, int parts, int B, int T, int NH, int HS) {
     const size_t total = (size_t)B * T * parts * NH * HS / VEC;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= total) return;
     const size_t e = idx * VEC;
     float x[VEC];
-    load_bf16<VEC>(x, src + e);
-    store_bf16<VEC>(dst + split_offset(e, head_stride, parts, T, NH, HS), x);
+    if (SPLIT) {
+        load_bf16<VEC>(x, src + e);
+        store_bf16<VEC>(dst + split_offset(e, head_stride, parts, T, NH, HS), x);
+    } else {
+        load_bf16<VEC>(x, src + split_offset(e, head_stride, parts, T, NH, HS));
+        store_bf16<VEC>(dst + e, x);
+    }
 }
 
-// dst (B,T,parts,NH,HS)  <-  src part p (B,NH,T,HS), parts head_stride apart; in dest order
-template <int VEC>
-__global__ void merge_heads_kernel(bf16 *__restrict__ dst, const bf16 *__restrict__ src,
-                                   size_t head_stride, int parts, int B, int T, int NH, int HS) {
-    const size_t total = (size_t)B * T * parts * NH * HS / VEC;
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= total) return;
-    const size_t e = idx * VEC;
-    float x[VEC];
-    load_bf16<VEC>(x, src + split_offset(e, head_stride, parts, T, NH, HS));
-    store_bf16<VEC>(dst + e, x);
-}
-
-static void split_heads(bf16 *dst, const bf16 *src, size_t head_stride, int parts, int B, int T,
-                        int NH, int HS) {
-    const size_t n = (size_t)B * T * parts * NH * HS;
-    const int threads = 256;
-    if (HS % 8 == 0 && is_aligned16(dst) && is_aligned16(src))
-        split_heads_kernel<8><<<ceil_div(n / 8, threads), threads, 0, cuda_stream>>>(
-            dst, src, head_stride, parts, B, T, NH, HS);
-    else
-        split_heads_kernel<1><<<ceil_div(n, threads), threads, 0, cuda_stream>>>(
-            dst, src, head_stride, parts, B, T, NH, HS);
+template <bool SPLIT>
+static void permute_heads(bf16 *dst, const bf16 *src, size_t head_stride, int parts, int B,
+                          int T, int NH, int HS) {
+    const size_t n = (size_t)B * T * parts * NH * HS;   // a multiple of 8 when HS is
+    launch_elementwise<8>(permute_heads_kernel<8, SPLIT>, permute_heads_kernel<1, SPLIT>,
+                          HS % 8 == 0 && is_aligned16(dst) && is_aligned16(src), n, dst, src,
+                          head_stride, parts, B, T, NH, HS);
     LAUNCH_CHECK();
 }
-
-static void merge_heads(bf16 *dst, const bf16 *src, size_t head_stride, int parts, int B, int T,
-                        int NH, int HS) {
-    const size_t n = (size_t)B * T * parts * NH * HS;
-    const int threads = 256;
-    if (HS % 8 == 0 && is_aligned16(dst) && is_aligned16(src))
-        merge_heads_kernel<8><<<ceil_div(n / 8, threads), threads, 0, cuda_stream>>>(
-            dst, src, head_stride, parts, B, T, NH, HS);
-    else
-        merge_heads_kernel<1><<<ceil_div(n, threads), threads, 0, cuda_stream>>>(
-            dst, src, head_stride, parts, B, T, NH, HS);
-    LAUNCH_CHECK();
-}
+static constexpr auto split_heads = permute_heads<true>;
+static constexpr auto merge_heads = permute_heads<false>;
 
 // ----------------------------------------------------------------------------------------
 // GEMMs: out = alpha * op(X) @ op(Y) + beta * out, all row-major, batched with strides.

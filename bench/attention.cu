@@ -1,7 +1,7 @@
 // attention.cu: the attention microbenchmark. Times both CUDA backends, naive and flash (linked
-// together with their symbols renamed by prefix, see bench/attention.mk), forward and
-// forward+backward, causal, bf16, at B*T tokens held constant (16,384 by default: T = 1,024 with
-// B = 16 up to T = 65,536 with B = 1), NH = 12, HS = 64 (GPT-2 small).
+// together with their symbols prefixed by their names, see prefix_symbols in the Makefile),
+// forward and forward+backward, causal, bf16, at B*T tokens held constant (16,384 by default:
+// T = 1,024 with B = 16 up to T = 65,536 with B = 1), NH = 12, HS = 64 (GPT-2 small).
 //
 // Reports per (T, backend): the median time over repeats after warm-up (CUDA events around
 // each call on the project's stream), TFLOP/s by the causal convention of docs (forward

@@ -1,8 +1,8 @@
 # Attention microbenchmark (included by the Makefile; CUDA builds only).
 #   make BACKEND=cuda gpu-bench      (or the binary: build/cuda-flash/bench/attention)
 #   build/cuda-flash/bench/attention --csv out/attention.csv
-# Links the same objects as the GPU attention test (ATTENTION_GPU_OBJ and the rule for the
-# renamed backends come from tests/gpu/attention.mk, included before this file).
+# Links the same objects as the GPU attention test (ATTENTION_GPU_OBJ, from
+# tests/gpu/attention.mk, included before this file).
 ifeq ($(BACKEND),cuda)
 
 .PHONY: gpu-bench

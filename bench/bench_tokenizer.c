@@ -73,8 +73,10 @@ int main(int argc, char **argv) {
     size_t n;
     uint8_t *text = read_file_or_die(input, &n);
     double *times = malloc((size_t)runs * sizeof(double));
-    printf("# GPT-2 encode, %s (%zu bytes); vocabulary loaded in %.1f ms; PCRE2 JIT %s\n", input, n,
-           1e3 * load_s, bpe.regex_jit ? "on" : "off");
+    char unicode[32];
+    bpe_unicode_version(unicode, sizeof(unicode));
+    printf("# GPT-2 encode, %s (%zu bytes); vocabulary loaded in %.1f ms; PCRE2 JIT %s, Unicode %s\n",
+           input, n, 1e3 * load_s, bpe.regex_jit ? "on" : "off", unicode);
 
     // single thread, the whole file
     TokenList ref = {0}, out = {0};

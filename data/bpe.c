@@ -440,6 +440,12 @@ static int compile_regex(BPE *bpe, char *err, size_t err_len) {
     return 0;
 }
 
+void bpe_unicode_version(char *out, size_t cap) {
+    char version[24];   // PCRE2 asks for at least 24 code units
+    pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, version);
+    snprintf(out, cap, "%s", version);
+}
+
 static int bpe_parse_named(BPE *bpe, const char *merges, size_t merges_len, const char *merges_name,
                            const char *encoder_json, size_t json_len, const char *json_name,
                            char *err, size_t err_len) {

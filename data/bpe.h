@@ -4,9 +4,11 @@
 // Encoding is two steps. (1) The pre-tokenizer splits the text into pieces with GPT-2's regex
 //     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // run by PCRE2, JIT-compiled (\s written \p{White_Space}, the meaning it has in Python's `regex`,
-// which GPT-2 used: see bpe.c). Letter and number classes come from PCRE2's Unicode tables:
-// Debian 12's PCRE2 10.42 has Unicode 14, so characters assigned since then (CJK extension H,
-// for one) are neither letters nor numbers to it, unlike tiktoken's. (2) Each piece's bytes are
+// which GPT-2 used: see bpe.c). Letter and number classes come from PCRE2's Unicode tables, which
+// must be the version tiktoken's are (BPE_UNICODE_VERSION): with older ones, characters assigned
+// since (Debian 12's PCRE2 10.42 has Unicode 14: CJK extension H, Nag Mundari...) are neither
+// letters nor numbers, and "\U0001E4D0's" ends [..., 6, 82] instead of [..., 338]. The build links
+// PCRE2 10.46 (scripts/build_pcre2.sh), whose tables are Unicode 16. (2) Each piece's bytes are
 // merged by byte-level BPE: repeatedly join the adjacent pair that comes first in vocab.bpe,
 // leftmost first among equals, until no listed pair is left. The ids are encoder.json's.
 // <|endoftext|> (id 50256) is produced only when the caller allows special tokens.
@@ -26,6 +28,9 @@
 #include "tokenizer.h"
 
 #define BPE_EOT_TEXT "<|endoftext|>"
+// The Unicode version of tiktoken's character tables (those of Rust's regex-syntax, which
+// tiktoken 0.14 runs GPT-2's pattern with); the linked PCRE2's must be the same.
+#define BPE_UNICODE_VERSION "16.0.0"
 
 typedef struct {
     Tokenizer tokenizer;      // id -> bytes for every id, <|endoftext|> included
@@ -61,6 +66,9 @@ int bpe_parse(BPE *bpe, const char *merges, size_t merges_len, const char *encod
 // Load <dir>/vocab.bpe and <dir>/encoder.json; dies with a message naming the file at fault.
 void bpe_load(BPE *bpe, const char *dir);
 void bpe_free(BPE *bpe);
+
+// The Unicode version of the linked PCRE2's tables, e.g. "16.0.0", into out (24 bytes or more).
+void bpe_unicode_version(char *out, size_t cap);
 
 BPEScratch *bpe_scratch_new(const BPE *bpe);
 void bpe_scratch_free(BPEScratch *s);

@@ -5,6 +5,8 @@
 #                                     from a mirror laid out like ../shared/data (offline, CI)
 #   make test-tokenizer               tests/test_tokenizer.c alone (links only the tokenizer)
 #   make bench-tokenizer              encode speed on TinyShakespeare (bench/bench_tokenizer.c)
+#   make test-tiktoken                the encoder against tiktoken on every script and code point
+#                                     of Unicode 16 and on TinyShakespeare (tests/test_tiktoken.py)
 #   make fuzz                         the libFuzzer harnesses in fuzz/ (clang); fuzz/run.sh runs them
 # The tools link only utils.c and the tokenizer, never the model, and data/tokenizer.c needs no
 # library: PCRE2 is linked only where text is encoded (data/bpe.c).
@@ -13,7 +15,7 @@ DATA_SRC ?=
 TOKENIZER_OBJ = $(call obj,utils.c data/tokenizer.c data/bpe.c)
 TOKENIZER_LIBS = $(PCRE2_LIBS) -lpthread
 
-.PHONY: test-tokenizer bench-tokenizer fuzz
+.PHONY: test-tokenizer bench-tokenizer test-tiktoken fuzz
 
 prepare_data: $(BUILD)/prepare_data
 	cp $< $@
@@ -26,12 +28,17 @@ $(BUILD)/tokenize: $(call obj,data/tokenize.c) $(TOKENIZER_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)
 $(BUILD)/bench_tokenizer: $(call obj,bench/bench_tokenizer.c) $(TOKENIZER_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)
+$(BUILD)/tiktoken_compare: $(call obj,tests/tiktoken_compare.c) $(TOKENIZER_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)
 $(BUILD)/tokenizer-tests/test_tokenizer: $(call obj,tests/test_tokenizer.c) $(TOKENIZER_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)
 
 test-tokenizer: $(BUILD)/tokenizer-tests/test_tokenizer $(BUILD)/tokenize $(BUILD)/prepare_data
 	BUILD=$(BUILD) $<
+
+test-tiktoken: $(BUILD)/tiktoken_compare $(BUILD)/tokenize $(BUILD)/prepare_data
+	BUILD=$(BUILD) bash tests/run_tests.sh tests/test_tiktoken.sh
 
 bench-tokenizer: $(BUILD)/bench_tokenizer data/tinyshakespeare/input.txt data/gpt2/vocab.bpe data/gpt2/encoder.json
 	$< data/tinyshakespeare/input.txt
@@ -63,10 +70,11 @@ data/gpt2_tokenizer.bin: $(GPT2_VOCAB) | $(BUILD)/tokenize
 FUZZ_CC ?= clang
 FUZZ_CFLAGS = -g -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_TARGETS = fuzz_encode fuzz_vocab fuzz_tokenizer_file fuzz_token_file
-FUZZ_DEPS = utils.c utils.h data/tokenizer.c data/tokenizer.h data/bpe.c data/bpe.h fuzz/fuzz_common.h
+FUZZ_TARGETS = fuzz_encode fuzz_vocab fuzz_tokenizer_file fuzz_token_file fuzz_safetensors fuzz_train_state
+FUZZ_DEPS = utils.c utils.h data/tokenizer.c data/tokenizer.h data/bpe.c data/bpe.h data/safetensors.c \
+            data/safetensors.h train_state.c train_state.h fuzz/fuzz_common.h
 
 fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
-build/fuzz/%: fuzz/%.c $(FUZZ_DEPS)
+build/fuzz/%: fuzz/%.c $(FUZZ_DEPS) | $(PCRE2_MISSING)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $< utils.c data/tokenizer.c data/bpe.c -o $@ $(PCRE2_LIBS) -lpthread
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(PCRE2_CFLAGS) $< utils.c data/tokenizer.c data/bpe.c data/safetensors.c train_state.c -o $@ $(PCRE2_LIBS) -lpthread -lm

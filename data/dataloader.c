@@ -40,7 +40,26 @@ static size_t read_token_header(FILE *f, const char *path) {
     return ntokens;
 }
 
-void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuffle, uint64_t seed) {
+// every token of an open file (just past its header) below vocab_size
+static void check_tokens(FILE *f, const char *path, size_t ntokens, int vocab_size, const char *what) {
+    enum { CHUNK = 1 << 16 };
+    uint16_t chunk[CHUNK];
+    for (size_t first = 0; first < ntokens; first += CHUNK) {
+        size_t n = ntokens - first < CHUNK ? ntokens - first : CHUNK;
+        fread_or_die(chunk, sizeof(uint16_t), n, f, path);
+        uint16_t worst = 0;   // a branch-free pass first: most chunks are clean
+        for (size_t i = 0; i < n; i++) worst = chunk[i] > worst ? chunk[i] : worst;
+        if (worst < vocab_size) continue;
+        for (size_t i = 0; i < n; i++)
+            if (chunk[i] >= vocab_size)
+                die("%s (%s file): token %zu (byte offset %zu) is %d, outside the model's vocabulary "
+                    "[0, %d)", path, what, first + i, TOKEN_FILE_HEADER_BYTES + 2 * (first + i),
+                    chunk[i], vocab_size);
+    }
+}
+
+void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuffle, uint64_t seed,
+                     int vocab_size, const char *what) {
     memset(dl, 0, sizeof(*dl));
     dl->B = B;
     dl->T = T;
@@ -51,27 +70,29 @@ void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuf
     dl->open_shard = -1;
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
-    if (rc == GLOB_NOMATCH) die("no token file matches '%s'", pattern);
-    if (rc != 0) die("cannot expand '%s'", pattern);
+    if (rc == GLOB_NOMATCH) die("no %s token file matches '%s'", what, pattern);
+    if (rc != 0) die("cannot expand the %s file pattern '%s'", what, pattern);
     dl->num_shards = (int)g.gl_pathc;
     dl->paths = malloc(g.gl_pathc * sizeof(char *));
     dl->shard_tokens = malloc(g.gl_pathc * sizeof(size_t));
+    if (!dl->paths || !dl->shard_tokens) die("out of host memory for the data loader");
     size_t need = (size_t)B * T + 1;
     for (size_t i = 0; i < g.gl_pathc; i++) {
         dl->paths[i] = strdup(g.gl_pathv[i]);
         FILE *f = fopen_or_die(dl->paths[i], "rb");
         dl->shard_tokens[i] = read_token_header(f, dl->paths[i]);
-        fclose(f);
         if (dl->shard_tokens[i] < need)
-            die("%s: %zu tokens, fewer than one batch needs (B*T+1 = %d*%d+1 = %zu); use a smaller -b or -t",
-                dl->paths[i], dl->shard_tokens[i], B, T, need);
+            die("%s (%s file): %zu tokens, fewer than one batch needs (B*T+1 = %d*%d+1 = %zu); use a "
+                "smaller -b or -t", dl->paths[i], what, dl->shard_tokens[i], B, T, need);
+        check_tokens(f, dl->paths[i], dl->shard_tokens[i], vocab_size, what);
+        fclose(f);
         dl->total_tokens += dl->shard_tokens[i];
     }
     globfree(&g);
     dl->buffer = malloc(need * sizeof(uint16_t));
     dl->inputs = malloc((size_t)B * T * sizeof(int));
     dl->targets = malloc((size_t)B * T * sizeof(int));
-    if (!dl->paths || !dl->shard_tokens || !dl->buffer || !dl->inputs || !dl->targets)
+    if (!dl->buffer || !dl->inputs || !dl->targets)
         die("out of host memory for the data loader");
     dataloader_reset(dl);
 }

@@ -48,10 +48,13 @@ typedef struct {
     int *targets;             // (B*T) host
 } DataLoader;
 
-// Opens every file matching pattern and validates its header and size. Dies with a message
-// naming the file when one is missing, has a wrong magic or version, is truncated, or holds
-// fewer than B*T+1 tokens.
-void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuffle, uint64_t seed);
+// Opens every file matching pattern and validates its header, its size and its tokens (one
+// pass over each file: every id below vocab_size). Dies with a message naming the file (and
+// `what` it is for, e.g. "training") when one is missing, has a wrong magic or version, is
+// truncated, holds fewer than B*T+1 tokens, or holds an id outside the vocabulary (with its
+// position).
+void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuffle, uint64_t seed,
+                     int vocab_size, const char *what);
 // Fills dl->inputs and dl->targets with the next batch, moving to the next shard (and epoch)
 // when the current one is used up.
 void dataloader_next_batch(DataLoader *dl);

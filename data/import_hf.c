@@ -10,10 +10,9 @@
 //   https://huggingface.co/openai-community/gpt2-large/resolve/main/model.safetensors    774M
 //   https://huggingface.co/openai-community/gpt2-xl/resolve/main/model.safetensors       1558M
 //
-// safetensors: 8 bytes, the little-endian length N of a JSON header; N bytes of JSON
-// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
-//  "__metadata__": {..}}; then the data, offsets counted from its start. Parsed here by a
-// small JSON reader, every offset and size checked against the file.
+// The safetensors header and config.json are read and checked by data/safetensors.c (see
+// safetensors.h): a file that is not exactly what the format says is refused before anything
+// is written.
 //
 // The mapping. HF's names (with or without a "transformer." prefix; lm_head.weight, when
 // present, must equal wte: GPT-2 ties them) and our parameter tensors, in checkpoint order:
@@ -32,24 +31,23 @@
 //   ln_f.weight / .bias               lnfw, lnfb (C)
 // The config comes from the shapes (V, maxT from wte and wpe; C; L from the h.{l} blocks);
 // the head count, which no shape shows, from --n-head, else config.json's n_head beside the
-// file, else GPT-2's own sizes (C = 768, 1024, 1280, 1600: 12, 16, 20, 25 heads).
-// F32, F16 and BF16 tensors are read; every value must be finite.
+// file, else GPT-2's own sizes (C = 768, 1024, 1280, 1600: 12, 16, 20, 25 heads). The other
+// sizes config.json gives must agree with the shapes, and the config must be one that
+// checkpoint loading accepts (gpt2_config_problem). Every tensor of the file must find its
+// place, but the attention masks of older files. F32, F16 and BF16 tensors are read; every
+// value must be finite.
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "../gpt2.h"
 #include "../utils.h"
-
-#define CHECKPOINT_MAGIC 20240326
-#define MAX_DIMS 8
+#include "safetensors.h"
 
 // ----------------------------------------------------------------------------------------
-// the safetensors header
+// the input
 
 // the dtypes read; a tensor of another dtype (the boolean attention masks some files carry)
 // is fine as long as the checkpoint does not need it
@@ -58,304 +56,94 @@ static const char *const dtype_names[] = {"F32", "F16", "BF16"};
 static const size_t dtype_sizes[] = {4, 2, 2};
 
 typedef struct {
-    char *name;            // without a "transformer." prefix
+    const char *name;      // without a "transformer." prefix
+    const SafeTensor *t;
     DType dtype;
-    char other_dtype[16];  // the name of a DTYPE_OTHER
-    int ndim;
-    uint64_t shape[MAX_DIMS];
-    uint64_t begin, end;   // byte offsets into the data section
+    int used;              // read into the checkpoint, or checked to be ignorable
 } TensorInfo;
-
-typedef struct {
-    const char *path;
-    const char *p, *end;   // the JSON text being read
-    const char *start;
-} Json;
-
-static void __attribute__((noreturn)) json_fail(const Json *j, const char *what) {
-    die("%s: bad safetensors header at byte %ld of the JSON: %s", j->path,
-        (long)(j->p - j->start), what);
-}
-
-static void json_ws(Json *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-
-static void json_expect(Json *j, char c) {
-    json_ws(j);
-    if (j->p >= j->end || *j->p != c) {
-        char what[32];
-        snprintf(what, sizeof(what), "expected '%c'", c);
-        json_fail(j, what);
-    }
-    j->p++;
-}
-
-// next non-space character is c (consumed when it is)
-static int json_accept(Json *j, char c) {
-    json_ws(j);
-    if (j->p < j->end && *j->p == c) {
-        j->p++;
-        return 1;
-    }
-    return 0;
-}
-
-static int hex_digit(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-// a JSON string, unescaped, as a fresh NUL-terminated string (malloc'ed)
-static char *json_string(Json *j) {
-    json_expect(j, '"');
-    size_t cap = 64, n = 0;
-    char *s = malloc(cap);
-    if (!s) die("out of memory");
-    for (;;) {
-        if (j->p >= j->end) json_fail(j, "unterminated string");
-        char c = *j->p++;
-        if (c == '"') break;
-        uint32_t cp = (uint8_t)c;
-        int raw = 1;
-        if (c == '\\') {
-            if (j->p >= j->end) json_fail(j, "unterminated string");
-            char e = *j->p++;
-            raw = 0;
-            switch (e) {
-                case '"': cp = '"'; break;
-                case '\\': cp = '\\'; break;
-                case '/': cp = '/'; break;
-                case 'b': cp = '\b'; break;
-                case 'f': cp = '\f'; break;
-                case 'n': cp = '\n'; break;
-                case 'r': cp = '\r'; break;
-                case 't': cp = '\t'; break;
-                case 'u': {
-                    cp = 0;
-                    for (int k = 0; k < 4; k++) {
-                        int d = j->p < j->end ? hex_digit(*j->p++) : -1;
-                        if (d < 0) json_fail(j, "bad \\u escape");
-                        cp = cp * 16 + (uint32_t)d;
-                    }
-                    if (cp >= 0xD800 && cp <= 0xDFFF) json_fail(j, "surrogate \\u escapes are not supported");
-                    break;
-                }
-                default: json_fail(j, "bad escape");
-            }
-        }
-        if (n + 5 > cap) {
-            cap *= 2;
-            s = realloc(s, cap);
-            if (!s) die("out of memory");
-        }
-        if (raw || cp < 0x80) {
-            s[n++] = (char)cp;
-        } else if (cp < 0x800) {
-            s[n++] = (char)(0xC0 | (cp >> 6));
-            s[n++] = (char)(0x80 | (cp & 0x3F));
-        } else {
-            s[n++] = (char)(0xE0 | (cp >> 12));
-            s[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-            s[n++] = (char)(0x80 | (cp & 0x3F));
-        }
-    }
-    s[n] = '\0';
-    return s;
-}
-
-// a non-negative integer
-static uint64_t json_uint(Json *j) {
-    json_ws(j);
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') json_fail(j, "expected a non-negative integer");
-    uint64_t v = 0;
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
-        if (v > (UINT64_MAX - 9) / 10) json_fail(j, "integer too large");
-        v = v * 10 + (uint64_t)(*j->p++ - '0');
-    }
-    if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E')) json_fail(j, "expected an integer");
-    return v;
-}
-
-// skips any JSON value
-static void json_skip(Json *j, int depth) {
-    if (depth > 64) json_fail(j, "nested too deeply");
-    json_ws(j);
-    if (j->p >= j->end) json_fail(j, "unexpected end");
-    char c = *j->p;
-    if (c == '"') {
-        free(json_string(j));
-    } else if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        j->p++;
-        if (json_accept(j, close)) return;
-        do {
-            if (c == '{') {
-                free(json_string(j));
-                json_expect(j, ':');
-            }
-            json_skip(j, depth + 1);
-        } while (json_accept(j, ','));
-        json_expect(j, close);
-    } else {   // number, true, false, null
-        const char *start = j->p;
-        while (j->p < j->end && strchr(",}] \t\r\n", *j->p) == NULL) j->p++;
-        if (j->p == start) json_fail(j, "expected a value");
-    }
-}
-
-// one tensor's entry: {"dtype": .., "shape": [..], "data_offsets": [b, e]}
-static void json_tensor(Json *j, TensorInfo *t) {
-    int have_dtype = 0, have_shape = 0, have_offsets = 0;
-    json_expect(j, '{');
-    if (!json_accept(j, '}')) {
-        do {
-            char *key = json_string(j);
-            json_expect(j, ':');
-            if (!strcmp(key, "dtype")) {
-                char *dtype = json_string(j);
-                t->dtype = DTYPE_OTHER;
-                for (int d = 0; d < 3; d++)
-                    if (!strcmp(dtype, dtype_names[d])) t->dtype = (DType)d;
-                if (t->dtype == DTYPE_OTHER) snprintf(t->other_dtype, sizeof(t->other_dtype), "%s", dtype);
-                free(dtype);
-                have_dtype = 1;
-            } else if (!strcmp(key, "shape")) {
-                json_expect(j, '[');
-                t->ndim = 0;
-                if (!json_accept(j, ']')) {
-                    do {
-                        if (t->ndim == MAX_DIMS) json_fail(j, "more than 8 dimensions");
-                        t->shape[t->ndim++] = json_uint(j);
-                    } while (json_accept(j, ','));
-                    json_expect(j, ']');
-                }
-                have_shape = 1;
-            } else if (!strcmp(key, "data_offsets")) {
-                json_expect(j, '[');
-                t->begin = json_uint(j);
-                json_expect(j, ',');
-                t->end = json_uint(j);
-                json_expect(j, ']');
-                have_offsets = 1;
-            } else {
-                json_skip(j, 1);
-            }
-            free(key);
-        } while (json_accept(j, ','));
-        json_expect(j, '}');
-    }
-    if (!have_dtype || !have_shape || !have_offsets)
-        die("%s: tensor %s lacks its %s", j->path, t->name,
-            !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
-}
 
 typedef struct {
     const char *path;
     uint8_t *map;           // the whole file, mapped
     size_t size;
     const uint8_t *data;    // the data section
-    uint64_t data_size;
-    TensorInfo *tensors;
-    int n;
+    SafeTensorsHeader header;
+    TensorInfo *tensors;    // sorted by name
+    size_t n;
 } SafeTensors;
+
+static int by_name(const void *a, const void *b) {   // then by the full name: a stable order
+    const TensorInfo *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : x->t && y->t ? strcmp(x->t->name, y->t->name) : 0;
+}
 
 static void safetensors_open(SafeTensors *st, const char *path) {
     memset(st, 0, sizeof(*st));
     st->path = path;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) die("cannot open %s for reading: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) die("%s: cannot stat: %s", path, strerror(errno));
-    st->size = (size_t)sb.st_size;
-    if (st->size < 8) die("%s: not a safetensors file: %zu bytes, shorter than the 8-byte header length", path, st->size);
-    st->map = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (st->map == MAP_FAILED) die("%s: cannot map: %s", path, strerror(errno));
-    close(fd);
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; i--) header_len = header_len << 8 | st->map[i];   // little-endian
-    if (header_len > st->size - 8)
-        die("%s: not a safetensors file: its header length %llu runs past the end of the file "
-            "(%zu bytes)", path, (unsigned long long)header_len, st->size);
-    st->data = st->map + 8 + header_len;
-    st->data_size = st->size - 8 - header_len;
-
-    Json j = {path, (const char *)st->map + 8, (const char *)st->map + 8 + header_len,
-              (const char *)st->map + 8};
-    int cap = 64;
-    st->tensors = malloc(cap * sizeof(TensorInfo));
-    if (!st->tensors) die("out of memory");
-    json_expect(&j, '{');
-    if (!json_accept(&j, '}')) {
-        do {
-            char *name = json_string(&j);
-            json_expect(&j, ':');
-            if (!strcmp(name, "__metadata__")) {
-                json_skip(&j, 1);
-                free(name);
-                continue;
-            }
-            if (st->n == cap) {
-                cap *= 2;
-                st->tensors = realloc(st->tensors, cap * sizeof(TensorInfo));
-                if (!st->tensors) die("out of memory");
-            }
-            TensorInfo *t = &st->tensors[st->n++];
-            memset(t, 0, sizeof(*t));
-            const char *prefix = "transformer.";
-            size_t plen = strlen(prefix);
-            if (!strncmp(name, prefix, plen)) memmove(name, name + plen, strlen(name) - plen + 1);
-            t->name = name;
-            json_tensor(&j, t);
-            uint64_t elems = 1;
-            for (int d = 0; d < t->ndim; d++) {
-                if (t->shape[d] && elems > UINT64_MAX / t->shape[d]) die("%s: tensor %s is too large", path, name);
-                elems *= t->shape[d];
-            }
-            if (t->end < t->begin || t->end > st->data_size)
-                die("%s: tensor %s: data offsets [%llu, %llu) outside the %llu bytes of data", path,
-                    name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                    (unsigned long long)st->data_size);
-            if (t->dtype != DTYPE_OTHER && t->end - t->begin != elems * dtype_sizes[t->dtype])
-                die("%s: tensor %s: %llu bytes of data for %llu %s values", path, name,
-                    (unsigned long long)(t->end - t->begin), (unsigned long long)elems,
-                    dtype_names[t->dtype]);
-        } while (json_accept(&j, ','));
-        json_expect(&j, '}');
+    FILE *f = fopen_or_die(path, "rb");
+    st->size = (size_t)file_size_or_die(f, path);
+    static const uint8_t empty[1];
+    const uint8_t *bytes = empty;
+    if (st->size > 0) {
+        st->map = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+        if (st->map == MAP_FAILED) die("%s: cannot map: %s", path, strerror(errno));
+        bytes = st->map;
     }
+    fclose(f);
+    char err[512];
+    if (safetensors_parse(&st->header, bytes, st->size, err, sizeof(err)) != 0)
+        die("%s: bad safetensors file: %s", path, err);
+    st->data = bytes + st->header.data_offset;
+    st->n = st->header.n;
+    st->tensors = calloc(st->n ? st->n : 1, sizeof(TensorInfo));
+    if (!st->tensors) die("out of memory");
+    const char *prefix = "transformer.";
+    size_t plen = strlen(prefix);
+    for (size_t i = 0; i < st->n; i++) {
+        TensorInfo *t = &st->tensors[i];
+        t->t = &st->header.tensors[i];
+        t->name = strncmp(t->t->name, prefix, plen) ? t->t->name : t->t->name + plen;
+        t->dtype = DTYPE_OTHER;
+        for (int d = 0; d < 3; d++)
+            if (!strcmp(t->t->dtype, dtype_names[d])) t->dtype = (DType)d;
+    }
+    qsort(st->tensors, st->n, sizeof(TensorInfo), by_name);
+    for (size_t i = 1; i < st->n; i++)
+        if (!strcmp(st->tensors[i - 1].name, st->tensors[i].name))
+            die("%s: tensors %s and %s are the same tensor, given twice", path, st->tensors[i - 1].t->name,
+                st->tensors[i].t->name);
 }
 
 static void safetensors_close(SafeTensors *st) {
-    for (int i = 0; i < st->n; i++) free(st->tensors[i].name);
     free(st->tensors);
-    munmap(st->map, st->size);
+    safetensors_free(&st->header);
+    if (st->map) munmap(st->map, st->size);
 }
 
-static const TensorInfo *find_tensor(const SafeTensors *st, const char *name) {
-    for (int i = 0; i < st->n; i++)
-        if (!strcmp(st->tensors[i].name, name)) return &st->tensors[i];
-    return NULL;
+static TensorInfo *find_tensor(const SafeTensors *st, const char *name) {
+    TensorInfo key = {.name = name};
+    return st->n ? bsearch(&key, st->tensors, st->n, sizeof(TensorInfo), by_name) : NULL;
 }
 
 // the tensor `name`, which must have shape (d0) or (d0, d1) (d1 = 0 for one dimension)
 static const TensorInfo *require(const SafeTensors *st, const char *name, uint64_t d0, uint64_t d1) {
-    const TensorInfo *t = find_tensor(st, name);
+    TensorInfo *t = find_tensor(st, name);
     if (!t) die("%s: missing tensor %s (is this a GPT-2 model?)", st->path, name);
     if (t->dtype == DTYPE_OTHER)
-        die("%s: tensor %s has dtype %s; import_hf reads F32, F16 and BF16", st->path, name,
-            t->other_dtype);
+        die("%s: tensor %s has dtype %s; import_hf reads F32, F16 and BF16", st->path, name, t->t->dtype);
     int ndim = d1 ? 2 : 1;
-    if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
-        char got[128] = "", want[64];
+    const uint64_t *shape = t->t->shape;
+    if (t->t->ndim != ndim || shape[0] != d0 || (ndim == 2 && shape[1] != d1)) {
+        char got[256] = "", want[64];
         size_t n = 0;
-        for (int d = 0; d < t->ndim; d++)
-            n += snprintf(got + n, sizeof(got) - n, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+        for (int d = 0; d < t->t->ndim; d++)
+            n += (size_t)snprintf(got + n, sizeof(got) - n, "%s%llu", d ? ", " : "", (unsigned long long)shape[d]);
         if (ndim == 2) snprintf(want, sizeof(want), "%llu, %llu", (unsigned long long)d0, (unsigned long long)d1);
         else snprintf(want, sizeof(want), "%llu", (unsigned long long)d0);
         die("%s: tensor %s has shape (%s), expected (%s)", st->path, name, got, want);
     }
+    t->used = 1;
     return t;
 }
 
@@ -380,7 +168,7 @@ static float half_to_float(uint16_t h) {
 
 // element i of t as fp32
 static float tensor_at(const SafeTensors *st, const TensorInfo *t, size_t i) {
-    const uint8_t *p = st->data + t->begin + i * dtype_sizes[t->dtype];
+    const uint8_t *p = st->data + t->t->begin + i * dtype_sizes[t->dtype];
     switch (t->dtype) {
         case DTYPE_F32: { float f; memcpy(&f, p, 4); return f; }
         case DTYPE_F16: return half_to_float((uint16_t)(p[0] | p[1] << 8));
@@ -466,28 +254,29 @@ static void put_tensor(Writer *w, const SafeTensors *st, const char *name, uint6
 // ----------------------------------------------------------------------------------------
 // config
 
-// n_head from config.json in the folder of `path`, or 0
-static int config_json_heads(const char *path) {
-    char dir[4096], cfg[4200];
+// config.json in the folder of `path`, when there is one (its values then -1 when absent)
+static HFConfig read_config_json(const char *path, char *cfg, size_t cfg_len) {
+    HFConfig c = {-1, -1, -1, -1, -1};
+    char dir[4096];
     snprintf(dir, sizeof(dir), "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';
-    snprintf(cfg, sizeof(cfg), "%s/config.json", slash ? dir : ".");
-    FILE *f = fopen(cfg, "rb");
-    if (!f) return 0;
-    char text[65536];
-    size_t n = fread(text, 1, sizeof(text) - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    const char *key = strstr(text, "\"n_head\"");
-    if (!key) return 0;
-    const char *p = key + strlen("\"n_head\"");
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-    if (*p != ':') return 0;
-    p++;
-    int heads = (int)strtol(p, NULL, 10);
-    if (heads > 0) printf("n_head %d from %s\n", heads, cfg);
-    return heads > 0 ? heads : 0;
+    snprintf(cfg, cfg_len, "%s/config.json", slash ? dir : ".");
+    if (!file_exists(cfg)) return c;
+    size_t n;
+    uint8_t *text = read_file_or_die(cfg, &n);
+    char err[512];
+    if (hf_config_parse(&c, text, n, err, sizeof(err)) != 0) die("%s: %s", cfg, err);
+    free(text);
+    return c;
+}
+
+// a size config.json gives must be the one the weights have
+static void check_config_value(const char *cfg, const char *key, int64_t value, uint64_t from_weights,
+                               const char *what) {
+    if (value >= 0 && (uint64_t)value != from_weights)
+        die("%s: %s is %lld, but the weights have %s = %llu: they do not belong together", cfg, key,
+            (long long)value, what, (unsigned long long)from_weights);
 }
 
 static int known_heads(uint64_t C) {
@@ -520,6 +309,23 @@ static void check_tensors(const SafeTensors *st, int L, uint64_t C, uint64_t max
     require(st, "ln_f.bias", C, 0);
 }
 
+// Every tensor of the file goes into the checkpoint, but the causal masks that older files
+// keep as buffers (h.{l}.attn.bias, h.{l}.attn.masked_bias): a tensor left over is a model
+// that is not GPT-2 (or a block past h.{L-1} after a gap), which the checkpoint would lose.
+static void check_nothing_left(const SafeTensors *st, int L) {
+    for (size_t i = 0; i < st->n; i++) {
+        const TensorInfo *t = &st->tensors[i];
+        int l, end = 0;
+        char rest[32];
+        if (t->used) continue;
+        if (sscanf(t->name, "h.%d.attn.%31[a-z_]%n", &l, rest, &end) == 2 && t->name[end] == '\0' && l >= 0 &&
+            l < L && (!strcmp(rest, "bias") || !strcmp(rest, "masked_bias")))
+            continue;
+        die("%s: tensor %s is not part of a GPT-2 model with %d blocks (h.0 to h.%d); import_hf would drop it",
+            st->path, t->t->name, L, L - 1);
+    }
+}
+
 // a value found not finite half way through ends the program: the partial output goes too
 static AtomicFile *pending_output = NULL;
 static void remove_pending_output(void) {
@@ -539,43 +345,51 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
-    const char *in = NULL, *out = NULL;
     int heads = 0, bf16 = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--bf16")) bf16 = 1;
-        else if (!strcmp(a, "--n-head")) {
-            if (i + 1 >= argc) die("flag --n-head needs a value");
-            heads = (int)parse_long(a, argv[++i], 1, 4096);
-        } else if (a[0] == '-' && a[1]) { usage(stderr); die("unknown flag %s", a); }
-        else if (!in) in = a;
-        else if (!out) out = a;
-        else { usage(stderr); die("too many arguments: %s", a); }
-    }
+    Flag flags[] = {INT_FLAG("--n-head", &heads, 1, 4096), SWITCH_FLAG("--bf16", &bf16)};
+    char *files[2];
+    int nfiles = parse_flags(argc, argv, flags, 2, "import_hf", usage, files, 2);
+    const char *in = nfiles > 0 ? files[0] : NULL, *out = nfiles > 1 ? files[1] : NULL;
     if (!in || !out) { usage(stderr); die("give the input model.safetensors and the output file"); }
 
     SafeTensors st;
     safetensors_open(&st, in);
     const TensorInfo *wte = find_tensor(&st, "wte.weight"), *wpe = find_tensor(&st, "wpe.weight");
     if (!wte || !wpe) die("%s: missing tensor %s (is this a GPT-2 model?)", in, wte ? "wpe.weight" : "wte.weight");
-    if (wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1])
+    if (wte->t->ndim != 2 || wpe->t->ndim != 2 || wte->t->shape[1] != wpe->t->shape[1])
         die("%s: wte.weight and wpe.weight must be (V, C) and (maxT, C)", in);
-    uint64_t V = wte->shape[0], C = wte->shape[1], maxT = wpe->shape[0];
+    uint64_t V = wte->t->shape[0], C = wte->t->shape[1], maxT = wpe->t->shape[0];
     uint64_t Vp = (V + 127) / 128 * 128;
     int L = 0;
-    for (;; L++) {
+    for (; L <= 1024; L++) {
         char name[64];
         snprintf(name, sizeof(name), "h.%d.ln_1.weight", L);
         if (!find_tensor(&st, name)) break;
     }
     if (L == 0) die("%s: no transformer blocks (h.0.ln_1.weight) found", in);
-    if (!heads) heads = config_json_heads(in);
+    char cfg[4200];
+    HFConfig hf = read_config_json(in, cfg, sizeof(cfg));
+    check_config_value(cfg, "n_embd", hf.n_embd, C, "C");
+    check_config_value(cfg, "n_layer", hf.n_layer, (uint64_t)L, "L");
+    check_config_value(cfg, "n_positions", hf.n_positions, maxT, "maxT");
+    check_config_value(cfg, "vocab_size", hf.vocab_size, V, "V");
+    if (!heads && hf.n_head > 0) {
+        heads = hf.n_head > INT32_MAX ? INT32_MAX : (int)hf.n_head;
+        printf("n_head %d from %s\n", heads, cfg);
+    }
     if (!heads) heads = known_heads(C);
     if (!heads) die("%s: cannot tell the number of heads of a model with C = %llu: give --n-head", in,
                     (unsigned long long)C);
     if (C % heads != 0) die("C = %llu is not a multiple of %d heads", (unsigned long long)C, heads);
-    if (V > (1u << 24) || C > 65536 || maxT > (1u << 24) || L > 1024) die("%s: model too large", in);
+    // the checkpoint must be one that train_gpt2 and infer_gpt2 load
+    GPT2Config config = {.max_seq_len = maxT > INT32_MAX ? INT32_MAX : (int)maxT,
+                         .vocab_size = V > INT32_MAX ? INT32_MAX : (int)V,
+                         .padded_vocab_size = Vp > INT32_MAX ? INT32_MAX : (int)Vp,
+                         .num_layers = L, .num_heads = heads, .channels = C > INT32_MAX ? INT32_MAX : (int)C};
+    const char *problem = gpt2_config_problem(config);
+    if (problem)
+        die("%s: the model (L=%d NH=%d C=%llu maxT=%llu V=%llu) cannot be a checkpoint: %s", in, L, heads,
+            (unsigned long long)C, (unsigned long long)maxT, (unsigned long long)V, problem);
 
     check_tensors(&st, L, C, maxT, V);
 
@@ -587,6 +401,7 @@ int main(int argc, char **argv) {
             if (tensor_at(&st, head, i) != tensor_at(&st, wte, i))
                 die("%s: lm_head.weight differs from wte.weight: untied heads are not supported", in);
     }
+    check_nothing_left(&st, L);
 
     int header[256] = {0};
     header[0] = CHECKPOINT_MAGIC;

@@ -24,8 +24,8 @@
 #include "bpe.h"
 #include "tokenizer.h"
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *out) {
+    fprintf(out,
             "usage: prepare_data [options] INPUT OUT_PREFIX\n"
             "  Tokenizes INPUT with GPT-2's tokenizer into OUT_PREFIX_val.bin (the first\n"
             "  --val-tokens tokens) and OUT_PREFIX_train.bin (the rest), llm.c token files.\n"
@@ -39,8 +39,8 @@ static void usage(void) {
             "  --vocab DIR         folder with vocab.bpe and encoder.json (default data/gpt2)\n"
             "  --threads N         encoder threads (default: the number of CPUs)\n"
             "  --block-mb N        read size in MiB (default 64)\n"
-            "  --quiet             no progress bar\n");
-    exit(2);
+            "  --quiet             no progress bar\n"
+            "  -h, --help          this text\n");
 }
 
 typedef struct {
@@ -263,6 +263,15 @@ static void encode_items(const BPE *bpe, Worker *workers, int threads, const uin
     for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
 }
 
+// an llm.c file given as the text (a token file for its source, say) would tokenize as garbage
+static void refuse_llmc_file(const uint8_t *start, const char *path) {
+    int32_t magic;
+    memcpy(&magic, start, sizeof(magic));
+    if (magic == TOKEN_FILE_MAGIC || magic == TOKENIZER_MAGIC)
+        die("%s is an llm.c %s file (magic %d), not text to tokenize", path,
+            magic == TOKEN_FILE_MAGIC ? "token" : "tokenizer", magic);
+}
+
 static void parse_separator(Options *o, const char *text) {
     size_t n = 0;
     for (const char *p = text; *p; p++) {
@@ -279,32 +288,38 @@ static void parse_separator(Options *o, const char *text) {
     o->separator_len = n;
 }
 
-int main(int argc, char **argv) {
+static Options parse_options(int argc, char **argv) {
     Options o = {0};
     o.vocab_dir = "data/gpt2";
-    o.val_tokens = 32768;
-    o.block = 64 << 20;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
-    int i = 1;
-    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
-        const char *flag = argv[i];
-        if (strcmp(flag, "--tinyshakespeare") == 0) { parse_separator(&o, "\\n\\n"); continue; }
-        if (strcmp(flag, "--special") == 0) { o.special = 1; continue; }
-        if (strcmp(flag, "--quiet") == 0) { o.quiet = 1; continue; }
-        if (strcmp(flag, "--help") == 0) usage();
-        if (i + 1 >= argc) die("flag %s needs a value", flag);
-        const char *value = argv[++i];
-        if (strcmp(flag, "--sections") == 0) parse_separator(&o, value);
-        else if (strcmp(flag, "--val-tokens") == 0) o.val_tokens = (size_t)parse_long(flag, value, 0, INT32_MAX);
-        else if (strcmp(flag, "--vocab") == 0) o.vocab_dir = value;
-        else if (strcmp(flag, "--threads") == 0) o.threads = (int)parse_long(flag, value, 1, 256);
-        else if (strcmp(flag, "--block-mb") == 0) o.block = (size_t)parse_long(flag, value, 1, 4096) << 20;
-        else die("unknown flag %s (see prepare_data --help)", flag);
+    int tinyshakespeare = 0;
+    const char *sections = NULL;
+    long val_tokens = 32768, block_mb = 64;
+    Flag flags[] = {
+        SWITCH_FLAG("--tinyshakespeare", &tinyshakespeare), TEXT_FLAG("--sections", &sections),
+        SWITCH_FLAG("--special", &o.special), SWITCH_FLAG("--quiet", &o.quiet),
+        LONG_FLAG("--val-tokens", &val_tokens, 0, INT32_MAX), TEXT_FLAG("--vocab", &o.vocab_dir),
+        INT_FLAG("--threads", &o.threads, 1, 256), LONG_FLAG("--block-mb", &block_mb, 1, 4096)};
+    char *files[2];
+    int n = parse_flags(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), "prepare_data",
+                        usage, files, 2);
+    if (n != 2) {
+        usage(stderr);
+        die("give the INPUT text file and the OUT_PREFIX of the token files");
     }
-    if (argc - i != 2) usage();
-    o.input = argv[i];
-    o.prefix = argv[i + 1];
+    if (tinyshakespeare && sections) die("flags --tinyshakespeare and --sections: give one (--tinyshakespeare is --sections '\\n\\n')");
+    if (tinyshakespeare) parse_separator(&o, "\\n\\n");
+    if (sections) parse_separator(&o, sections);
+    o.val_tokens = (size_t)val_tokens;
+    o.block = (size_t)block_mb << 20;
+    o.input = files[0];
+    o.prefix = files[1];
+    return o;
+}
+
+int main(int argc, char **argv) {
+    Options o = parse_options(argc, argv);
 
     double t0 = wall_seconds();
     BPE bpe;
@@ -314,10 +329,10 @@ int main(int argc, char **argv) {
     FILE *in = fopen_or_die(o.input, "rb");
     struct stat st;
     long total = fstat(fileno(in), &st) == 0 && S_ISREG(st.st_mode) ? (long)st.st_size : -1;
-    Output out;
-    output_open(&out, o.prefix, o.val_tokens);   // fails before any work when the folder is unwritable
-    pending_output = &out;
+    Output out = {0};
+    pending_output = &out;   // before the first file is opened: a failure opening the second removes it
     atexit(remove_pending_output);
+    output_open(&out, o.prefix, o.val_tokens);   // fails before any work when the folder is unwritable
 
     Worker *workers = calloc((size_t)o.threads, sizeof(Worker));
     if (!workers) die("out of memory");
@@ -339,6 +354,7 @@ int main(int argc, char **argv) {
             if (ferror(in)) die("%s: read error: %s", o.input, strerror(errno));   // the output is removed at exit
             eof = 1;
         }
+        if (bytes_read == 0 && got >= 4) refuse_llmc_file(buf + len, o.input);
         len += got;
         bytes_read += got;
         items.len = 0;
@@ -356,6 +372,7 @@ int main(int argc, char **argv) {
         progress(&o, bytes_read, total, tokens, t0, eof);
     }
     fclose(in);
+    if (bytes_read == 0) die("%s is empty: there is no text to tokenize", o.input);   // the output is removed at exit
     output_commit(&out);
     pending_output = NULL;
     double dt = wall_seconds() - t0;
@@ -375,6 +392,7 @@ int main(int argc, char **argv) {
     printf("wrote %s: %zu tokens, %zu bytes\n", out.val.path, out.n_val, TOKEN_FILE_HEADER_BYTES + 2 * out.n_val);
     printf("wrote %s: %zu tokens, %zu bytes\n", out.train.path, out.n_train, TOKEN_FILE_HEADER_BYTES + 2 * out.n_train);
     if (out.n_train == 0) fprintf(stderr, "warning: %zu tokens in all, so the train split is empty\n", tokens);
+    stdout_flush_or_die();   // the files are complete; this says the report was lost
     free(workers);
     free(buf);
     free(items.items);

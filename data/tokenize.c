@@ -13,8 +13,8 @@
 #include "bpe.h"
 #include "tokenizer.h"
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *out) {
+    fprintf(out,
             "usage: tokenize [options] COMMAND [ARGS]\n"
             "commands:\n"
             "  encode [TEXT]            print the ids of TEXT (of --input or stdin when absent)\n"
@@ -28,8 +28,8 @@ static void usage(void) {
             "  --tokenizer FILE         decode with an llm.c tokenizer file instead of --vocab\n"
             "  --input FILE             read the text or ids from FILE\n"
             "  --special                encode the text <|endoftext|> as its id (default: as text)\n"
-            "  --threads N              encoder threads (default 1)\n");
-    exit(2);
+            "  --threads N              encoder threads (default 1)\n"
+            "  -h, --help               this text\n");
 }
 
 typedef struct {
@@ -37,12 +37,15 @@ typedef struct {
     int special, threads;
 } Options;
 
-static uint8_t *read_stream(FILE *f, const char *name, size_t *n) {
+#define STDIN_HINT "give the text or ids as arguments, or --input FILE"
+
+static uint8_t *read_stdin(size_t *n) {
+    stdin_readable_or_die(STDIN_HINT);
     ByteBuf b = {0};
     uint8_t chunk[1 << 16];
     size_t got;
-    while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0) bytebuf_append(&b, chunk, got);
-    if (ferror(f)) die("%s: read error: %s", name, strerror(errno));
+    while ((got = fread(chunk, 1, sizeof(chunk), stdin)) > 0) bytebuf_append(&b, chunk, got);
+    if (ferror(stdin)) die("stdin: read error: %s", strerror(errno));
     uint8_t zero = 0;
     bytebuf_append(&b, &zero, 1);
     *n = b.len - 1;
@@ -63,15 +66,11 @@ static uint8_t *input_text(const Options *o, int argc, char **argv, size_t *n) {
         return b.data;
     }
     if (o->input_path) return read_file_or_die(o->input_path, n);
-    return read_stream(stdin, "stdin", n);
+    return read_stdin(n);
 }
 
 static void write_stdout(const void *p, size_t n) {
     if (n && fwrite(p, 1, n, stdout) != n) die("stdout: write error: %s", strerror(errno));
-}
-
-static void finish_stdout(void) {
-    if (fflush(stdout) != 0 || ferror(stdout)) die("stdout: write error: %s", strerror(errno));
 }
 
 static void cmd_encode(const Options *o, int argc, char **argv, int one_per_line) {
@@ -104,7 +103,7 @@ static void cmd_encode(const Options *o, int argc, char **argv, int one_per_line
         }
     }
     if (!one_per_line) printf("\n");
-    finish_stdout();
+    stdout_flush_or_die();
     for (int t = 0; t < o->threads; t++) bpe_scratch_free(scratch[t]);
     free(scratch);
     tokenlist_free(&ids);
@@ -130,12 +129,12 @@ static void decode_or_die(const Tokenizer *t, const int *ids, size_t n, const ch
     size_t bad;
     if (tokenizer_decode(t, ids, n, &out, &bad) != 0) {
         write_stdout(out.data, out.len);
-        finish_stdout();
+        stdout_flush_or_die();
         die("%s: token id %d (the %zu-th) is out of range: the vocabulary has ids 0 to %d", source, ids[bad],
             bad + 1, t->vocab_size - 1);
     }
     write_stdout(out.data, out.len);
-    finish_stdout();
+    stdout_flush_or_die();
     bytebuf_free(&out);
 }
 
@@ -150,7 +149,7 @@ static void cmd_decode(const Options *o, int argc, char **argv) {
     } else {
         size_t n;
         source = o->input_path ? o->input_path : "stdin";
-        text = o->input_path ? read_file_or_die(o->input_path, &n) : read_stream(stdin, "stdin", &n);
+        text = o->input_path ? read_file_or_die(o->input_path, &n) : read_stdin(&n);
         const char *p = (const char *)text;
         while (1) {
             while (*p && (isspace((unsigned char)*p) || *p == ',')) p++;
@@ -192,30 +191,39 @@ static void cmd_export(const Options *o, const char *path) {
     bpe_free(&bpe);
 }
 
-int main(int argc, char **argv) {
+// the options, then the command and its arguments (argv's own pointers) into *args
+static Options parse_options(int argc, char **argv, char ***args, int *nargs) {
     Options o = {"data/gpt2", NULL, NULL, 0, 1};
-    int i = 1;
-    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
-        const char *flag = argv[i];
-        if (strcmp(flag, "--special") == 0) { o.special = 1; continue; }
-        if (strcmp(flag, "--help") == 0) usage();
-        if (i + 1 >= argc) die("flag %s needs a value", flag);
-        const char *value = argv[++i];
-        if (strcmp(flag, "--vocab") == 0) o.vocab_dir = value;
-        else if (strcmp(flag, "--tokenizer") == 0) o.tokenizer_path = value;
-        else if (strcmp(flag, "--input") == 0) o.input_path = value;
-        else if (strcmp(flag, "--threads") == 0) o.threads = (int)parse_long(flag, value, 1, 256);
-        else die("unknown flag %s (see tokenize --help)", flag);
+    Flag flags[] = {
+        TEXT_FLAG("--vocab", &o.vocab_dir), TEXT_FLAG("--tokenizer", &o.tokenizer_path),
+        TEXT_FLAG("--input", &o.input_path), SWITCH_FLAG("--special", &o.special),
+        INT_FLAG("--threads", &o.threads, 1, 256)};
+    *args = malloc((size_t)argc * sizeof(char *));
+    if (!*args) die("out of memory for the arguments");
+    *nargs = parse_flags(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), "tokenize", usage,
+                         *args, FLAGS_THEN_REST);
+    if (*nargs == 0) {
+        usage(stderr);
+        die("give a command: encode, tokens, decode, decode-file or export-tokenizer");
     }
-    if (i >= argc) usage();
-    const char *cmd = argv[i++];
-    int rest = argc - i;
-    char **args = argv + i;
+    return o;
+}
+
+int main(int argc, char **argv) {
+    char **argl;
+    int nargs;
+    Options o = parse_options(argc, argv, &argl, &nargs);
+    const char *cmd = argl[0];
+    int rest = nargs - 1;
+    char **args = argl + 1;
     if (strcmp(cmd, "encode") == 0) cmd_encode(&o, rest, args, 0);
     else if (strcmp(cmd, "tokens") == 0) cmd_encode(&o, rest, args, 1);
     else if (strcmp(cmd, "decode") == 0) cmd_decode(&o, rest, args);
     else if (strcmp(cmd, "decode-file") == 0 && rest == 1) cmd_decode_file(&o, args[0]);
     else if (strcmp(cmd, "export-tokenizer") == 0 && rest == 1) cmd_export(&o, args[0]);
-    else usage();
+    else if (strcmp(cmd, "decode-file") == 0 || strcmp(cmd, "export-tokenizer") == 0)
+        die("tokenize %s takes one FILE, not %d arguments (see tokenize --help)", cmd, rest);
+    else die("unknown command '%s': encode, tokens, decode, decode-file or export-tokenizer (see tokenize --help)", cmd);
+    free(argl);
     return 0;
 }

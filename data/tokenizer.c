@@ -31,18 +31,6 @@ void bytebuf_free(ByteBuf *b) {
     b->len = b->cap = 0;
 }
 
-uint8_t *read_file_or_die(const char *path, size_t *n) {
-    FILE *f = fopen_or_die(path, "rb");
-    long size = file_size_or_die(f, path);
-    uint8_t *data = malloc((size_t)size + 1);
-    if (!data) die("%s: out of memory reading %ld bytes", path, size);
-    fread_or_die(data, 1, (size_t)size, f, path);
-    fclose(f);
-    data[size] = 0;
-    *n = (size_t)size;
-    return data;
-}
-
 // ---- tokenizer file ------------------------------------------------------------------------
 
 int tokenizer_from_table(Tokenizer *t, int vocab_size, int eot_token, const uint8_t *const *token,

@@ -70,8 +70,4 @@ int token_file_parse(const uint8_t *data, size_t n, uint16_t **tokens, size_t *n
 // Read a token file; dies with "<path>: <reason>" when it is missing or malformed.
 uint16_t *token_file_load(const char *path, size_t *ntokens);
 
-// Read a whole file into memory (NUL-terminated for convenience; *n excludes the NUL). Dies
-// naming the file when it cannot be read.
-uint8_t *read_file_or_die(const char *path, size_t *n);
-
 #endif

@@ -62,3 +62,47 @@ put("tokenizer_file", "small_v2", struct.pack("<256I", *([20240328, 2, len(toks)
 for name, ids in (("three", [50256, 15496, 995]), ("empty", [])):
     hdr = struct.pack("<256i", *([20240520, 1, len(ids)] + [0] * 253))
     put("token_file", name, hdr + struct.pack("<%dH" % len(ids), *ids))
+
+# safetensors: a tiny GPT-2 (L=1, C=4, V=5, maxT=3) in HF's layout, the dtypes import_hf reads,
+# a mask of another dtype; then the same with metadata, escaped names and padding; config.json
+def safetensors(tensors, metadata=None, pad=0):
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape in tensors:
+        size = {"F32": 4, "F16": 2, "BF16": 2, "BOOL": 1}[dtype]
+        for d in shape:
+            size *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + size]}
+        data += bytes((i * 7) % 61 for i in range(size))   # small finite values in every dtype
+    text = json.dumps(header).encode() + b" " * pad
+    return struct.pack("<Q", len(text)) + text + data
+
+
+C = 4
+gpt2 = [("wte.weight", "F32", [5, C]), ("wpe.weight", "F16", [3, C])]
+for suffix, shape in (("ln_1.weight", [C]), ("ln_1.bias", [C]), ("attn.c_attn.weight", [C, 3 * C]),
+                      ("attn.c_attn.bias", [3 * C]), ("attn.c_proj.weight", [C, C]), ("attn.c_proj.bias", [C]),
+                      ("ln_2.weight", [C]), ("ln_2.bias", [C]), ("mlp.c_fc.weight", [C, 4 * C]),
+                      ("mlp.c_fc.bias", [4 * C]), ("mlp.c_proj.weight", [4 * C, C]), ("mlp.c_proj.bias", [C])):
+    gpt2.append(("h.0." + suffix, "BF16", shape))
+gpt2 += [("ln_f.weight", "F32", [C]), ("ln_f.bias", "F32", [C]), ("h.0.attn.bias", "BOOL", [1, 1, 3, 3])]
+put("safetensors", "gpt2_tiny", safetensors(gpt2))
+put("safetensors", "metadata_padded", safetensors([("transformer.wte.weight", "F32", [2, 2]), ("a\"\\\n\u00e9\U0001F600", "F16", [0]),
+                                                   ("scalar", "BF16", [])], {"format": "pt"}, pad=5))
+put("safetensors", "empty", safetensors([]))
+put("safetensors", "config_gpt2", json.dumps({
+    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+    "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+    "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "summary_first_dropout": 0.1,
+    "summary_proj_to_labels": True, "summary_type": "cls_index", "summary_use_proj": True,
+    "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+    "vocab_size": 50257, "n_inner": None}, indent=2).encode())
+
+# training state: header (8 int32, 3 int64 data position, uint64 rng, uint64 parameters), then
+# first moments, second moments, and master weights when header[6] is 1
+for name, master, params in (("fp32", 0, 4), ("bf16_master", 1, 3)):
+    hdr = struct.pack("<8i3qQQ", 20241129, 1, 7, 2, 16, 3, master, 0, 1, 0, 5, 12345, params)
+    values = [0.01 * i for i in range(params)] * (2 + master)
+    put("train_state", name, hdr + struct.pack("<%df" % len(values), *values))

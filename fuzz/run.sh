@@ -16,7 +16,7 @@ for d in "${FUZZ_VOCAB_DIR:-}" "${DATA_SRC:+$DATA_SRC/gpt2}" ../shared/data/gpt2
 done
 
 passed=0; failed=0; skipped=0
-for name in encode vocab tokenizer_file token_file; do
+for name in encode vocab tokenizer_file token_file safetensors train_state; do
     harness=build/fuzz/fuzz_$name
     if [ "$name" = encode ] && [ -z "$vocab" ]; then
         echo "=== fuzz_$name: skipped, no GPT-2 vocabulary (set DATA_SRC=../shared/data)"

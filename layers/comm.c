@@ -187,19 +187,12 @@ static int try_join_file(size_t bytes) {
 }
 
 void comm_init(const CommConfig *c) {
-    if (c->world < 1 || c->rank < 0 || c->rank >= c->world)
-        die("rank %d is outside a world of %d rank(s): ranks are 0 .. world-1", c->rank, c->world);
+    const int transport = comm_config_check(c);
     shm.rank = c->rank;
     shm.world = c->world;
-    if (c->world == 1 && !c->force) return;   // one process: nothing to set up, nothing to pay
+    if (!transport) return;
     if (c->world > SHM_MAX_RANKS)
         die("the shared-memory transport takes at most %d ranks, not %d", SHM_MAX_RANKS, c->world);
-    struct stat st;
-    if (!c->dir) die("%d ranks need a rendezvous folder (--comm-dir)", c->world);
-    if (stat(c->dir, &st) != 0)
-        die("rendezvous folder %s: %s (create it first; every rank must see the same folder)",
-            c->dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) die("rendezvous folder %s is not a folder", c->dir);
     snprintf(shm.path, sizeof(shm.path), "%s/comm.shm", c->dir);
     size_t bytes = SHM_HEADER_BYTES + (size_t)c->world * SHM_SLOT_BYTES;
     double deadline = wall_seconds() + c->timeout_s;

@@ -17,7 +17,6 @@
 #include <nccl.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../utils.h"
@@ -124,17 +123,10 @@ static ncclUniqueId rendezvous(const CommConfig *c) {
 }
 
 void comm_init(const CommConfig *c) {
-    if (c->world < 1 || c->rank < 0 || c->rank >= c->world)
-        die("rank %d is outside a world of %d rank(s): ranks are 0 .. world-1", c->rank, c->world);
+    const int transport = comm_config_check(c);
     comm.rank = c->rank;
     comm.world = c->world;
-    if (c->world == 1 && !c->force) return;   // one process: nothing to set up, nothing to pay
-    if (!c->dir) die("%d ranks need a rendezvous folder (--comm-dir)", c->world);
-    struct stat st;
-    if (stat(c->dir, &st) != 0)
-        die("rendezvous folder %s: %s (create it first; every rank must see the same folder)",
-            c->dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) die("rendezvous folder %s is not a folder", c->dir);
+    if (!transport) return;
 
     // one GPU per process, chosen before backend_init creates the stream and handles on it
     int devices = 0;

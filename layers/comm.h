@@ -14,13 +14,17 @@
 #ifndef COMM_H
 #define COMM_H
 
+#include <errno.h>
 #include <stddef.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "layers.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "../utils.h"
 
 typedef struct {
     int rank;            // this process, 0 <= rank < world
@@ -38,6 +42,21 @@ const char *comm_transport(void);   // "nccl" or "shm": what comm_init sets up
 // names the folder and the missing ranks when they do not all arrive within timeout_s.
 // CUDA: selects the process's GPU first, so call it before backend_init.
 void comm_init(const CommConfig *config);
+// What both transports' comm_init check first: dies when the rank is outside the world or,
+// where there is a transport to set up, the rendezvous folder is missing; returns whether
+// there is one (world > 1 or forced).
+static inline int comm_config_check(const CommConfig *c) {
+    if (c->world < 1 || c->rank < 0 || c->rank >= c->world)
+        die("rank %d is outside a world of %d rank(s): ranks are 0 .. world-1", c->rank, c->world);
+    if (c->world == 1 && !c->force) return 0;   // one process: nothing to set up, nothing to pay
+    if (!c->dir) die("%d ranks need a rendezvous folder (--comm-dir)", c->world);
+    struct stat st;
+    if (stat(c->dir, &st) != 0)
+        die("rendezvous folder %s: %s (create it first; every rank must see the same folder)",
+            c->dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) die("rendezvous folder %s is not a folder", c->dir);
+    return 1;
+}
 int comm_rank(void);    // 0 before comm_init
 int comm_world(void);   // 1 before comm_init
 

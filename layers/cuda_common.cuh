@@ -52,6 +52,20 @@ static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 // 16-byte vector accesses need 16-byte aligned addresses: kernels pick their vector width with this
 static inline bool is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+// Launches an element-wise kernel over n elements, 256 threads a block, on cuda_stream: vec, VEC
+// elements a thread, when `aligned` (every pointer it takes allows VEC-wide accesses), else
+// scalar, one a thread. vec and scalar are two instantiations of one kernel template (e.g.
+// gelu_forward_kernel<8> and <1>); the caller checks the launch (LAUNCH_CHECK).
+template <int VEC, typename... Params, typename... Args>
+static void launch_elementwise(void (*vec)(Params...), void (*scalar)(Params...), bool aligned,
+                               size_t n, Args... args) {
+    const int threads = 256;
+    if (aligned)
+        vec<<<ceil_div(ceil_div(n, VEC), threads), threads, 0, cuda_stream>>>(args...);
+    else
+        scalar<<<ceil_div(n, threads), threads, 0, cuda_stream>>>(args...);
+}
+
 // sum and max over the 32 lanes of a warp, the result in every lane
 __device__ __forceinline__ float warp_allreduce_sum(float x) {
 #pragma unroll
@@ -93,6 +107,25 @@ __device__ __forceinline__ void store_bf16(bf16 *dst, const float (&src)[VEC]) {
 #pragma unroll
     for (int k = 0; k < VEC; k++) h[k] = __float2bfloat16_rn(src[k]);
     *reinterpret_cast<typename BF16Raw<VEC>::type *>(dst) = raw;
+}
+
+// The body of an element-wise kernel of two inputs: out[i] = bf16(op(a[i], b[i])) for the VEC
+// elements of this thread (grid as launch_elementwise lays it out), one at a time in the tail.
+// out may alias a or b: each element is read before it is written, by the same thread.
+template <int VEC, typename Op>
+__device__ __forceinline__ void elementwise2(bf16 *out, const bf16 *a, const bf16 *b, size_t n,
+                                             Op op) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (i + VEC <= n) {
+        float x[VEC], y[VEC], z[VEC];
+        load_bf16<VEC>(x, a + i);
+        load_bf16<VEC>(y, b + i);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) z[k] = op(x[k], y[k]);
+        store_bf16<VEC>(out + i, z);
+    } else {
+        for (; i < n; i++) out[i] = __float2bfloat16_rn(op(__bfloat162float(a[i]), __bfloat162float(b[i])));
+    }
 }
 
 // Deterministic end of a column reduction (layers/device.cu): with partial (slices, width) fp32

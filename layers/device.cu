@@ -66,6 +66,30 @@ void backend_describe(char *buf, size_t n) {
 
 size_t backend_workspace_size(void) { return cublaslt_workspace_size; }
 
+// Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from NVIDIA's datasheets, by the
+// device name the driver reports; the first entry whose name is part of the device's name
+// wins, so the more specific names come first.
+static const struct { const char *name; double tflops; } peak_table[] = {
+    {"H200 NVL", 835.0}, {"H200", 989.4},
+    {"H100 NVL", 835.0}, {"H100 PCIe", 756.0}, {"H100", 989.4},   // "H100 80GB HBM3": SXM
+    {"H800", 989.4},     {"GH200", 989.4},
+    {"A100", 312.0},     {"A800", 312.0},
+    {"L40S", 362.1},     {"L40", 181.0},     {"L4", 121.0},    {"A10", 125.0},
+};
+
+double device_peak_flops(const char **source) {
+    static char desc[160];
+    *source = "";
+    if (backend_init() != 0) return 0.0;
+    for (size_t i = 0; i < sizeof(peak_table) / sizeof(peak_table[0]); i++)
+        if (strstr(device_prop.name, peak_table[i].name)) {
+            snprintf(desc, sizeof(desc), "%s datasheet, dense bf16", peak_table[i].name);
+            *source = desc;
+            return peak_table[i].tflops * 1e12;
+        }
+    return 0.0;
+}
+
 size_t device_memory_total(void) {
     if (backend_init() != 0) return 0;
     return device_prop.totalGlobalMem;
@@ -178,11 +202,21 @@ float dev_read_float(const float *p) {
 
 enum { STAGING_ELEMS = 1 << 22 };   // 8 MiB of bf16 per transfer
 
-void floatX_upload(floatX *dst, const float *src_host, size_t n) {
+// the host staging buffer of a transfer of n elements, and the elements of the transfer's
+// chunk that starts at element start
+static bf16 *staging_alloc(size_t n) {
     bf16 *staging = (bf16 *)malloc(sizeof(bf16) * (n < STAGING_ELEMS ? n : STAGING_ELEMS));
     if (!staging && n) die("out of host memory staging %zu values for the GPU", n);
+    return staging;
+}
+static size_t staging_count(size_t n, size_t start) {
+    return n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
+}
+
+void floatX_upload(floatX *dst, const float *src_host, size_t n) {
+    bf16 *staging = staging_alloc(n);
     for (size_t start = 0; start < n; start += STAGING_ELEMS) {
-        size_t count = n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
+        const size_t count = staging_count(n, start);
         for (size_t i = 0; i < count; i++) staging[i] = __float2bfloat16_rn(src_host[start + i]);
         dev_upload(dst + start, staging, count * sizeof(bf16));
     }
@@ -190,10 +224,9 @@ void floatX_upload(floatX *dst, const float *src_host, size_t n) {
 }
 
 void floatX_download(float *dst_host, const floatX *src, size_t n) {
-    bf16 *staging = (bf16 *)malloc(sizeof(bf16) * (n < STAGING_ELEMS ? n : STAGING_ELEMS));
-    if (!staging && n) die("out of host memory staging %zu values for the GPU", n);
+    bf16 *staging = staging_alloc(n);
     for (size_t start = 0; start < n; start += STAGING_ELEMS) {
-        size_t count = n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
+        const size_t count = staging_count(n, start);
         dev_download(staging, src + start, count * sizeof(bf16));
         for (size_t i = 0; i < count; i++) dst_host[start + i] = __bfloat162float(staging[i]);
     }
@@ -220,13 +253,8 @@ __global__ void float_to_bf16_kernel(bf16 *dst, const float *src, size_t n) {
 
 void floatX_from_float(floatX *dst, const float *src, size_t n) {
     if (n == 0) return;
-    const int threads = 256;
-    if (is_aligned16(src) && ((uintptr_t)dst & 7) == 0) {
-        float_to_bf16_kernel<4><<<ceil_div(ceil_div(n, 4), threads), threads, 0, cuda_stream>>>(
-            BF(dst), src, n);
-    } else {
-        float_to_bf16_kernel<1><<<ceil_div(n, threads), threads, 0, cuda_stream>>>(BF(dst), src, n);
-    }
+    launch_elementwise<4>(float_to_bf16_kernel<4>, float_to_bf16_kernel<1>,
+                          is_aligned16(src) && ((uintptr_t)dst & 7) == 0, n, BF(dst), src, n);
     LAUNCH_CHECK();
 }
 

@@ -24,6 +24,11 @@ const char *backend_name(void) { return "cpu"; }
 
 int backend_init(void) { return 0; }
 
+double device_peak_flops(const char **source) {
+    *source = "";
+    return 0.0;   // a CPU's rate depends on its cores, clock and vector units: not tabled
+}
+
 size_t device_memory_total(void) {
     long pages = sysconf(_SC_PHYS_PAGES);
     long page_size = sysconf(_SC_PAGESIZE);

@@ -41,40 +41,20 @@ __global__ void gelu_forward_kernel(bf16 *__restrict__ out, const bf16 *__restri
 template <int VEC>
 __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *__restrict__ inp, const bf16 *dout,
                                      size_t n) {
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
-    if (i + VEC <= n) {
-        float x[VEC], dy[VEC], dx[VEC];
-        load_bf16<VEC>(x, inp + i);
-        load_bf16<VEC>(dy, dout + i);
-#pragma unroll
-        for (int k = 0; k < VEC; k++) dx[k] = gelu_derivative(x[k]) * dy[k];
-        store_bf16<VEC>(dinp + i, dx);
-    } else {
-        for (; i < n; i++)
-            dinp[i] = __float2bfloat16_rn(gelu_derivative(__bfloat162float(inp[i])) *
-                                          __bfloat162float(dout[i]));
-    }
+    elementwise2<VEC>(dinp, inp, dout, n, [](float x, float dy) { return gelu_derivative(x) * dy; });
 }
 
 void gelu_forward(floatX *out, const floatX *inp, size_t n) {
     if (n == 0) return;
-    const int threads = 256;
-    if (is_aligned16(out) && is_aligned16(inp))
-        gelu_forward_kernel<8><<<ceil_div(ceil_div(n, 8), threads), threads, 0, cuda_stream>>>(
-            BF(out), CBF(inp), n);
-    else
-        gelu_forward_kernel<1><<<ceil_div(n, threads), threads, 0, cuda_stream>>>(BF(out), CBF(inp), n);
+    launch_elementwise<8>(gelu_forward_kernel<8>, gelu_forward_kernel<1>,
+                          is_aligned16(out) && is_aligned16(inp), n, BF(out), CBF(inp), n);
     LAUNCH_CHECK();
 }
 
 void gelu_backward(floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
     if (n == 0) return;
-    const int threads = 256;
-    if (is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout))
-        gelu_backward_kernel<8><<<ceil_div(ceil_div(n, 8), threads), threads, 0, cuda_stream>>>(
-            BF(dinp), CBF(inp), CBF(dout), n);
-    else
-        gelu_backward_kernel<1><<<ceil_div(n, threads), threads, 0, cuda_stream>>>(
-            BF(dinp), CBF(inp), CBF(dout), n);
+    launch_elementwise<8>(gelu_backward_kernel<8>, gelu_backward_kernel<1>,
+                          is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout), n,
+                          BF(dinp), CBF(inp), CBF(dout), n);
     LAUNCH_CHECK();
 }

@@ -52,6 +52,10 @@ int backend_init(void);
 void backend_describe(char *buf, size_t n); // one line: CPU threads, or GPU name and memory
 size_t device_memory_total(void);           // bytes the device has (CPU: physical RAM)
 size_t device_memory_free(void);            // bytes free on it now (CPU: free physical RAM)
+// The device's dense peak rate for floatX matrix products, in FLOP/s, from the vendor's
+// datasheet (the training step's MFU is measured against it), and where it comes from: 0 and
+// "" for a device the table does not know (and on the CPU, whose rate depends on its cores).
+double device_peak_flops(const char **source);
 // Bytes the backend allocates for itself, once, in backend_init: CUDA's cuBLAS(Lt) workspace,
 // shared by every GEMM of the cuBLAS and cuBLASLt handles (the matmuls and naive attention's
 // batched GEMMs), so it never grows and never moves; 0 on the CPU. The memory reports list it.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole check CI runs (`make check`): the CPU test suite with each attention backend, the
-# suite again under AddressSanitizer + UndefinedBehaviorSanitizer, the CUDA sources compiled
-# for both backends (no GPU needed), and a short fuzzing run. Ends with one summary line,
-# "N passed, N failed, N skipped", adding up every stage.
+# suite again under AddressSanitizer + UndefinedBehaviorSanitizer, the tokenizer against tiktoken
+# on all of Unicode 16, the CUDA sources compiled for both backends (no GPU needed), and a short
+# fuzzing run. Ends with one summary line, "N passed, N failed, N skipped", adding up every stage.
 set -u
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -38,12 +38,16 @@ stage() {   # stage <name> <command...>
 stage "tests, flash"            make -j"$JOBS" test ATTENTION=flash
 stage "tests, naive"            make -j"$JOBS" test ATTENTION=naive
 stage "tests under ASan+UBSan"  make -j"$JOBS" test SANITIZE=1
+stage "tokenizer vs tiktoken"   make -j"$JOBS" BACKEND=cpu test-tiktoken
 if command -v nvcc >/dev/null 2>&1; then
     stage "CUDA build, flash"   make -j"$JOBS" BACKEND=cuda ATTENTION=flash cuda-build
     stage "CUDA build, naive"   make -j"$JOBS" BACKEND=cuda ATTENTION=naive cuda-build
+    # the A100 target: flash.cu's mma.sync kernels for sm_80 beside flash_sm90.cu's sm_90a code
+    stage "CUDA build, flash, sm_80" make -j"$JOBS" BACKEND=cuda ATTENTION=flash CUDA_ARCH=sm_80 \
+                                BUILD=build/cuda-flash-sm80 cuda-build
 else
     echo "=== CUDA build: skipped, nvcc is not on the PATH"
-    skipped=$((skipped + 2))
+    skipped=$((skipped + 3))
 fi
 stage "comparison, tiny (CPU)"  bash tests/run_tests.sh tests/test_compare.sh
 if [ -x fuzz/run.sh ] && command -v clang >/dev/null 2>&1; then

@@ -6,25 +6,44 @@
 #   train_naive.csv, train_flash.csv  the training logs: step,kind,loss,grad_norm,lr,ms,tokens_per_s
 #   train_naive.log, train_flash.log  what the two training runs printed
 #   attention.csv, attention.log      the attention microbenchmark's CSV and output
-#   table.md                          ms/step, tokens/s, peak memory, final losses, speedup,
-#                                     machine and commit (also printed at the end)
+#   sweep.csv, sweep_<attn>_T<T>.log  short training runs of both backends across T with B*T
+#                                     held constant: T,B,backend,status,ms_per_step,tokens_per_s,
+#                                     peak_bytes (status ok, or oom where the run could not allocate)
+#   torch_attention.csv, .log         PyTorch SDPA's cuDNN and FlashAttention-2 over T, when
+#                                     python3 with torch and a GPU are there (the same call)
+#   table.md                          ms/step, tokens/s, peak memory, final losses, speedup, the
+#                                     sweep, machine and commit (also printed at the end)
 #   loss.png, step_ms.png             training loss and time per step against step
+#   sweep_tokens.png, sweep_memory.png   training tokens/s and peak memory against T, both backends
 #   attention_time.png, attention_memory.png   attention time and memory against T, log-log
 # Where a GPU is visible it runs on it (BACKEND=cuda, GPT-2 small); elsewhere on the CPU with a
 # small model, and says so.
 #
 # usage: scripts/compare.sh [--steps N] [-b B] [-t T] [--model dN|CHECKPOINT] [--out DIR]
-#                           [--backend cpu|cuda] [--tiny]
-#   defaults: on the GPU d12 (GPT-2 small), B=16, T=1024, 100 steps; on the CPU d4, B=4, T=128,
-#   20 steps; --tiny (the CI mode): d2, B=2, T=64, 6 steps and the shortest microbenchmark
+#                           [--backend cpu|cuda] [--tiny] [--sweep T,T,...|none]
+#                           [--sweep-tokens N] [--sweep-steps N] [--torch-bench FILE|none]
+#                           [--prebuilt]
+#   defaults: on the GPU d12 (GPT-2 small), B=16, T=1024, 100 steps, a sweep over
+#   T = 1024,4096,16384,32768 at B*T = 16384 tokens (B at least 1), 20 steps each, and
+#   ../shared/bench/torch_attention.py (or .carry/bench/) beside the microbenchmark; on the CPU
+#   d4, B=4, T=128, 20 steps, sweep T = 64,128,256 at 256 tokens, 4 steps; --tiny (the CI mode):
+#   d2, B=2, T=64, 6 steps, sweep T = 32,64 at 64 tokens, 3 steps, the shortest microbenchmark;
+#   --prebuilt: use the binaries and data already in build/ and data/ (built on another machine
+#   and copied here), without running make
 set -euo pipefail
 caller_dir=$PWD   # a relative --out is taken from where the script was called
 cd "$(dirname "$0")/.."
 
 usage() { sed -n '/^# usage:/,/^#   20 steps/p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "error: compare.sh: $*" >&2; exit 1; }
+to_bytes() {   # "131.8 MiB" -> bytes
+    echo "$1" | awk '{ m = 1; u = $2
+        if (u == "KiB") m = 1024; else if (u == "MiB") m = 1048576
+        else if (u == "GiB") m = 1073741824; else if (u == "TiB") m = 1099511627776
+        printf "%.0f\n", $1 * m }'
+}
 
-steps="" B="" T="" model="" out="" backend="" tiny=0
+steps="" B="" T="" model="" out="" backend="" tiny=0 prebuilt=0 sweep="" sweep_tokens="" sweep_steps="" torch_bench=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --steps|-x)         steps=${2:?$1 needs a value}; shift 2 ;;
@@ -34,15 +53,25 @@ while [ $# -gt 0 ]; do
         --out|-o)           out=${2:?$1 needs a value}; shift 2 ;;
         --backend)          backend=${2:?$1 needs a value}; shift 2 ;;
         --tiny)             tiny=1; shift ;;
+        --prebuilt)         prebuilt=1; shift ;;
+        --sweep)            sweep=${2:?$1 needs a value}; shift 2 ;;
+        --sweep-tokens)     sweep_tokens=${2:?$1 needs a value}; shift 2 ;;
+        --sweep-steps)      sweep_steps=${2:?$1 needs a value}; shift 2 ;;
+        --torch-bench)      torch_bench=${2:?$1 needs a value}; shift 2 ;;
         -h|--help)          usage; exit 0 ;;
         *)                  usage >&2; die "unknown option '$1'" ;;
     esac
 done
-for v in steps B T; do
+for v in steps B T sweep_tokens sweep_steps; do
     val=${!v}
     [ -z "$val" ] || [[ "$val" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '$val'"
 done
 [ -z "$steps" ] || [ "$steps" -ge 2 ] || die "steps must be at least 2 (the first step is a warm-up, left out of the means)"
+[ -z "$sweep_steps" ] || [ "$sweep_steps" -ge 2 ] || die "sweep-steps must be at least 2 (the first step is a warm-up)"
+[ -z "$sweep" ] || [ "$sweep" = none ] || [[ "$sweep" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+    die "sweep must be a comma-separated list of sequence lengths (e.g. 1024,4096) or none, not '$sweep'"
+[ -z "$torch_bench" ] || [ "$torch_bench" = none ] || [ -f "$torch_bench" ] ||
+    die "torch-bench must be a file (PyTorch's torch_attention.py) or none, not '$torch_bench'"
 [ -z "$model" ] || [[ "$model" =~ ^d[1-9][0-9]*$ ]] || [ -f "$model" ] ||
     die "model must be dN (a new model of N layers) or a checkpoint file, not '$model'"
 
@@ -63,12 +92,30 @@ fi
 # ---- configuration: the GPU runs GPT-2 small; the CPU a small model; --tiny the least -----------
 if [ "$tiny" -eq 1 ]; then
     d_model=d2; d_B=2; d_T=64; d_steps=6; val_every=3; val_batches=1
+    d_sweep=32,64; d_sweep_tokens=64; d_sweep_steps=3
 elif [ "$backend" = cuda ]; then
     d_model=d12; d_B=16; d_T=1024; d_steps=100; val_every=25; val_batches=4
+    d_sweep=1024,4096,16384,32768; d_sweep_tokens=16384; d_sweep_steps=20
 else
     d_model=d4; d_B=4; d_T=128; d_steps=20; val_every=10; val_batches=2
+    d_sweep=64,128,256; d_sweep_tokens=256; d_sweep_steps=4
 fi
 model=${model:-$d_model}; B=${B:-$d_B}; T=${T:-$d_T}; steps=${steps:-$d_steps}
+sweep=${sweep:-$d_sweep}; sweep_tokens=${sweep_tokens:-$d_sweep_tokens}; sweep_steps=${sweep_steps:-$d_sweep_steps}
+[ "$sweep" = none ] || [[ "$model" =~ ^d[1-9][0-9]*$ ]] ||
+    die "the sweep over T trains new models (--model dN); with a checkpoint, pass --sweep none"
+# PyTorch's attention baselines: where python3 has torch and sees a GPU, on the CUDA backend
+if [ -z "$torch_bench" ]; then
+    torch_bench=none
+    for f in .carry/bench/torch_attention.py ../shared/bench/torch_attention.py; do
+        [ -f "$f" ] && { torch_bench=$f; break; }
+    done
+fi
+if [ "$torch_bench" != none ] && { [ "$backend" != cuda ] ||
+        ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; }; then
+    echo "compare: no PyTorch with a GPU here (or the CPU backend): no PyTorch attention baselines"
+    torch_bench=none
+fi
 [ "$val_every" -le "$steps" ] || val_every=$steps
 warmup=$(( steps / 10 ))
 seed=1337
@@ -87,16 +134,20 @@ echo "compare: model $model, B=$B, T=$T, $steps steps, seed $seed; results in $o
 
 # ---- build and data ------------------------------------------------------------------------------
 # Every make variable is given on the command line, so that values inherited from a calling make
-# (ATTENTION, SANITIZE in `make check`) do not leak in. Where PCRE2's header is not installed
-# (the GPU machine), .carry/pcre2 holds it (see scripts/gpu_check.sh).
+# (ATTENTION, SANITIZE in `make check`) do not leak in.
 MAKE_CMD=${MAKE:-make}
 JOBS=${JOBS:-$(nproc)}
 makevars=(BACKEND="$backend" SANITIZE=0)
-if [ -f .carry/pcre2/usr/include/pcre2.h ]; then
-    makevars+=(EXTRA_CFLAGS=-I.carry/pcre2/usr/include PCRE2_LIBS=.carry/pcre2/usr/lib/x86_64-linux-gnu/libpcre2-8.a)
-fi
-build() {   # build ATTENTION TARGET...: quiet unless it fails
+build() {   # build ATTENTION TARGET...: quiet unless it fails; with --prebuilt, check they exist
     local attn=$1; shift
+    if [ "$prebuilt" -eq 1 ]; then
+        local t
+        for t in "$@"; do
+            [ "$t" = data ] && t=data/tinyshakespeare/tiny_shakespeare_val.bin
+            [ -e "$t" ] || die "--prebuilt, but $t is missing (build it, or leave out --prebuilt)"
+        done
+        return 0
+    fi
     "$MAKE_CMD" --no-print-directory -j"$JOBS" "${makevars[@]}" ATTENTION="$attn" "$@" >"$out/build.log" 2>&1 ||
         { tail -n 30 "$out/build.log" >&2; die "build failed: make ${makevars[*]} ATTENTION=$attn $* (whole log: $out/build.log)"; }
     rm -f "$out/build.log"
@@ -122,6 +173,40 @@ for attn in naive flash; do
     mv "$scratch/log.csv" "$out/train_$attn.csv"
     rm -rf "$scratch"
 done
+
+# ---- the sweep: both backends across T, B*T held at sweep_tokens -----------------------------------------
+# Short runs (no validation, no samples): tokens/s and the program's peak memory at each T. A run
+# that cannot allocate (naive's B*NH*T*T probabilities at long T) is recorded as oom with the
+# program's own message in its log; any other failure stops the comparison.
+sweep_cmd=""
+if [ "$sweep" != none ]; then
+    echo "T,B,backend,status,ms_per_step,tokens_per_s,peak_bytes" >"$out/sweep.csv"
+    for t in ${sweep//,/ }; do
+        b=$(( sweep_tokens / t )); [ "$b" -ge 1 ] || b=1
+        maxT=$(( t > 1024 ? t : 1024 ))
+        for attn in naive flash; do
+            flags=(-e "$model" --max-seq-len "$maxT" -b "$b" -t "$t" -x "$sweep_steps" -l 6e-4 -v 0 -s 0 --seed "$seed")
+            sweep_cmd="build/$backend-<attention>/train_gpt2 -e $model --max-seq-len max(T,1024) -b max(1,$sweep_tokens/T) -t T -x $sweep_steps -l 6e-4 -v 0 -s 0 --seed $seed"
+            log="$out/sweep_${attn}_T$t.log"
+            echo "compare: sweep T=$t B=$b, $attn: build/$backend-$attn/train_gpt2 ${flags[*]}"
+            if "build/$backend-$attn/train_gpt2" "${flags[@]}" >"$log" 2>&1; then
+                line=$(grep '^summary:' "$log" | tail -n 1)
+                ms=$(echo "$line" | sed -nE 's/.* ([0-9.]+) ms\/step.*/\1/p')
+                tok=$(echo "$line" | sed -nE 's/.* ([0-9.]+) tok\/s.*/\1/p')
+                mem=$(echo "$line" | sed -nE 's/.*peak [a-z]+ memory ([0-9.]+ [KMGT]?i?B).*/\1/p')
+                [ -n "$ms" ] && [ -n "$tok" ] && [ -n "$mem" ] || die "no ms/step, tok/s or peak memory in the summary line of $log"
+                echo "$t,$b,$attn,ok,$ms,$tok,$(to_bytes "$mem")" >>"$out/sweep.csv"
+                echo "  $ms ms/step, $tok tok/s, peak $mem"
+            elif grep -qE 'error: out of [A-Za-z ]*memory' "$log"; then
+                echo "$t,$b,$attn,oom,,," >>"$out/sweep.csv"
+                echo "  out of memory: $(grep -E 'error: out of' "$log" | head -n 1)"
+            else
+                tail -n 20 "$log" >&2
+                die "sweep run T=$t with $attn attention failed (whole output: $log)"
+            fi
+        done
+    done
+fi
 
 # ---- attention microbenchmark ------------------------------------------------------------------------
 # Both backends in one program, timed over T; attention.csv has one row per (T, backend), with the
@@ -151,6 +236,20 @@ run_attention_bench() {
 }
 run_attention_bench
 
+# PyTorch SDPA in the same call: its cuDNN and FlashAttention-2 backends, as
+# torch_attention.csv: T,B,backend,fwd_ms,fwdbwd_ms (backend cudnn or flash; failed rows left out)
+torch_cmd=""
+if [ "$torch_bench" != none ]; then
+    torch_cmd="python3 $torch_bench"
+    echo "compare: PyTorch attention baselines: $torch_cmd"
+    PYTHONUNBUFFERED=1 python3 "$torch_bench" >"$out/torch_attention.log" 2>&1 ||
+        { tail -n 20 "$out/torch_attention.log" >&2; die "$torch_cmd failed (whole output: $out/torch_attention.log)"; }
+    echo "T,B,backend,fwd_ms,fwdbwd_ms" >"$out/torch_attention.csv"
+    awk '$1 ~ /^[0-9]+$/ && ($3 == "cudnn" || $3 == "flash") && $4 ~ /^[0-9.]+$/ {
+        print $1 "," $2 "," $3 "," $4 "," $5 }' "$out/torch_attention.log" >>"$out/torch_attention.csv"
+    [ "$(wc -l <"$out/torch_attention.csv")" -gt 1 ] || die "no cudnn or flash rows in $out/torch_attention.log"
+fi
+
 # ---- the table ---------------------------------------------------------------------------------------
 # from a run's summary line: "summary: N steps, final train loss X, final val loss X,
 # X ms/step, X tok/s (mean over steps after the first), peak <backend> memory X UNIT"
@@ -165,12 +264,6 @@ summary_field() {   # summary_field ATTN WHAT
         train)  echo "$line" | sed -nE 's/.*final train loss ([0-9.naif-]+),.*/\1/p' ;;
         val)    echo "$line" | sed -nE 's/.*final val loss ([0-9.naif-]+),.*/\1/p' ;;
     esac
-}
-to_bytes() {   # "131.8 MiB" -> bytes
-    echo "$1" | awk '{ m = 1; u = $2
-        if (u == "KiB") m = 1024; else if (u == "MiB") m = 1048576
-        else if (u == "GiB") m = 1073741824; else if (u == "TiB") m = 1099511627776
-        printf "%.0f\n", $1 * m }'
 }
 figure() {   # figure ATTN WHAT: summary_field, or stop where the summary line lacks it
     local v
@@ -230,22 +323,62 @@ difference() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.6f", a - b }'; }
     echo "| naive | $ms_naive | $tok_s_naive | $memory_naive | $train_naive | $val_naive |"
     echo "| flash | $ms_flash | $tok_s_flash | $memory_flash | $train_flash | $val_flash |"
     echo "| flash vs naive | $(ratio "$ms_naive" "$ms_flash") | $(ratio "$tok_s_flash" "$tok_s_naive") | $(ratio "$(to_bytes "$memory_naive")" "$(to_bytes "$memory_flash")") | $(difference "$train_flash" "$train_naive") | $(difference "$val_flash" "$val_naive") |"
+    if [ -s "$out/sweep.csv" ]; then
+        echo
+        echo "## Training across T ($backend, model $model, B*T = $sweep_tokens tokens)"
+        echo
+        echo "- run: \`$sweep_cmd\`: $sweep_steps steps at each T; ms/step and tokens/s: mean over the steps after the first; peak memory: the program's own count"
+        echo "- flash vs naive: flash tokens/s over naive's, and naive's peak memory over flash's"
+        echo
+        echo "| T | B | naive tokens/s | flash tokens/s | flash vs naive | naive peak memory | flash peak memory | memory, naive / flash |"
+        echo "|--:|--:|--:|--:|--:|--:|--:|--:|"
+        awk -F, '
+            function bytes(x,   u, i) { split("B KiB MiB GiB TiB", u, " "); i = 1
+                while (x >= 1024 && i < 5) { x /= 1024; i++ }
+                return sprintf(i == 1 ? "%.0f %s" : "%.1f %s", x, u[i]) }
+            NR == 1 { next }
+            { if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1; batch[$1] = $2 }
+              ok[$1, $3] = $4 == "ok"; tok[$1, $3] = $6; mem[$1, $3] = $7 }
+            END {
+                for (i = 1; i <= n; i++) {
+                    k = order[i]
+                    nt = ok[k, "naive"] ? sprintf("%.0f", tok[k, "naive"]) : "out of memory"
+                    ft = ok[k, "flash"] ? sprintf("%.0f", tok[k, "flash"]) : "out of memory"
+                    both = ok[k, "naive"] && ok[k, "flash"]
+                    sp = both ? sprintf("%.2fx", tok[k, "flash"] / tok[k, "naive"]) : "-"
+                    nm = ok[k, "naive"] ? bytes(mem[k, "naive"]) : "out of memory"
+                    fm = ok[k, "flash"] ? bytes(mem[k, "flash"]) : "out of memory"
+                    mr = both ? sprintf("%.2fx", mem[k, "naive"] / mem[k, "flash"]) : "-"
+                    printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", k, batch[k], nt, ft, sp, nm, fm, mr
+                }
+            }' "$out/sweep.csv"
+    fi
     if [ -s "$out/attention.csv" ]; then
         echo
         echo "## Attention alone, over T ($backend)"
         echo
         echo "- $(attention_shape "$out/attention.csv"); median time per call; memory: the bytes the backend allocates (q,k,v, out, their gradients, what it saves for backward, scratch); FLOPs: forward 2*B*NH*T^2*HS (causal), forward+backward 3.5x that"
         echo "- command: \`$attention_cmd\`"
-        echo
         local_flops=TFLOP/s; flops_scale=1
         [ "$backend" = cpu ] && { local_flops=GFLOP/s; flops_scale=1000; }
-        echo "| T | B | fwd ms naive | fwd ms flash | fwd+bwd ms naive | fwd+bwd ms flash | fwd+bwd speedup | flash fwd+bwd $local_flops | memory naive | memory flash |"
-        echo "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
-        awk -F, -v flops_scale="$flops_scale" '
+        torch_csv=/dev/null
+        if [ -s "$out/torch_attention.csv" ]; then
+            torch_csv="$out/torch_attention.csv"
+            echo "- PyTorch SDPA in the same call (\`$torch_cmd\`, the same shapes): cuDNN's fused attention and FlashAttention-2; 'flash vs cuDNN' is cuDNN's forward+backward time over ours (above 1: ours is faster)"
+            echo
+            echo "| T | B | fwd ms naive | fwd ms flash | fwd ms cuDNN | fwd ms FA2 | fwd+bwd ms naive | fwd+bwd ms flash | fwd+bwd ms cuDNN | fwd+bwd ms FA2 | flash vs naive | flash vs cuDNN | flash fwd+bwd $local_flops | memory naive | memory flash |"
+            echo "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+        else
+            echo
+            echo "| T | B | fwd ms naive | fwd ms flash | fwd+bwd ms naive | fwd+bwd ms flash | fwd+bwd speedup | flash fwd+bwd $local_flops | memory naive | memory flash |"
+            echo "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+        fi
+        awk -F, -v flops_scale="$flops_scale" -v torch="$([ "$torch_csv" = /dev/null ] && echo 0 || echo 1)" '
             function bytes(x,   u, i) { split("B KiB MiB GiB TiB", u, " "); i = 1
                 while (x >= 1024 && i < 5) { x /= 1024; i++ }
                 return sprintf(i == 1 ? "%.0f %s" : "%.1f %s", x, u[i]) }
-            NR == 1 { next }
+            FNR == 1 { next }
+            FILENAME != ARGV[1] { tfwd[$1, $3] = $4; tfb[$1, $3] = $5; next }   # torch_attention.csv
             { key = $1; if (!(key in seen)) { seen[key] = 1; order[++n] = key; batch[key] = $2 }
               ok[key, $5] = $6 == "ok"; fwd[key, $5] = $7; fb[key, $5] = $9; tf[key, $5] = $10; mem[key, $5] = $11 }
             END {
@@ -258,9 +391,16 @@ difference() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.6f", a - b }'; }
                     sp = ok[k, "naive"] && ok[k, "flash"] ? sprintf("%.2fx", fb[k, "naive"] / fb[k, "flash"]) : "-"
                     tfl = ok[k, "flash"] ? sprintf("%.3g", tf[k, "flash"] * flops_scale) : "-"
                     mn = bytes(mem[k, "naive"]) (ok[k, "naive"] ? "" : " (needed)")
-                    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k, batch[k], nf, ff, nb, fbs, sp, tfl, mn, bytes(mem[k, "flash"])
+                    if (!torch) {
+                        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k, batch[k], nf, ff, nb, fbs, sp, tfl, mn, bytes(mem[k, "flash"])
+                        continue
+                    }
+                    cf = (k, "cudnn") in tfwd ? tfwd[k, "cudnn"] : "-"; cb = (k, "cudnn") in tfb ? tfb[k, "cudnn"] : "-"
+                    af = (k, "flash") in tfwd ? tfwd[k, "flash"] : "-"; ab = (k, "flash") in tfb ? tfb[k, "flash"] : "-"
+                    vc = ok[k, "flash"] && cb != "-" ? sprintf("%.2fx", cb / fb[k, "flash"]) : "-"
+                    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k, batch[k], nf, ff, cf, af, nb, fbs, cb, ab, sp, vc, tfl, mn, bytes(mem[k, "flash"])
                 }
-            }' "$out/attention.csv"
+            }' "$out/attention.csv" "$torch_csv"
     fi
 } >"$out/table.md"
 

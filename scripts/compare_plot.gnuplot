@@ -8,9 +8,14 @@
 # measured_bytes; status is ok or oom). Writes into DIR:
 #   loss.png               training loss against step, both backends, and flash minus naive
 #   step_ms.png            time per training step against step (the warm-up step left out)
-#   attention_time.png     attention forward and forward+backward time against T, log-log
+#   sweep_tokens.png       training tokens/s against T, both backends (when sweep.csv is there:
+#                          T,B,backend,status,ms_per_step,tokens_per_s,peak_bytes)
+#   sweep_memory.png       training peak memory against T, both backends, log-log
+#   attention_time.png     attention forward and forward+backward time against T, log-log, with
+#                          PyTorch's cuDNN and FlashAttention-2 when torch_attention.csv is there
+#                          (T,B,backend,fwd_ms,fwdbwd_ms)
 #   attention_memory.png   attention memory against T, log-log
-# On the attention plots a red cross marks each T where naive could not allocate.
+# On the sweep and attention plots a red cross marks each T where naive could not allocate.
 # Rows are picked with grep and awk, so DIR must not contain a single quote.
 
 if (ARGC < 1) { print "usage: gnuplot -c scripts/compare_plot.gnuplot DIR [MACHINE] [RUN]"; exit status 2 }
@@ -20,6 +25,9 @@ run = ARGC >= 3 ? ARG3 : ""
 naive_csv = dir . "/train_naive.csv"
 flash_csv = dir . "/train_flash.csv"
 attention_csv = dir . "/attention.csv"
+sweep_csv = dir . "/sweep.csv"
+torch_csv = dir . "/torch_attention.csv"
+file_exists(f) = system(sprintf("test -s '%s' && echo yes || echo no", f)) eq "yes"
 
 if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {
     set terminal pngcairo size 1000,620 font "sans,11" noenhanced
@@ -32,6 +40,8 @@ set key top right box opaque
 set border lc rgb "#444444"
 naive_color = "#d62728"
 flash_color = "#1f77b4"
+cudnn_color = "#2ca02c"
+fa2_color = "#9467bd"
 # a title, and under it what the plot was measured on
 title(main, sub) = sub eq "" ? main : main . "\n" . sub
 training_sub = machine . (machine ne "" && run ne "" ? "; " : "") . run
@@ -113,8 +123,55 @@ set yrange [*:*]
 set xtics autofreq
 set key top right
 
+# ---- sweep plots: training across T, B*T held (only where the sweep ran) ----------------------------
+# (inside a bracketed block @macros are expanded before the block runs, so its plot commands are
+# built as strings and eval'ed)
+if (file_exists(sweep_csv)) {
+    sweep(backend, status) = sprintf("< grep ',%s,%s,' '%s'", backend, status, sweep_csv)
+    sweep_ok = sprintf("< grep ',ok,' '%s'", sweep_csv)
+    sweep_oom = int(system(sprintf("grep -c ',naive,oom,' '%s' || true", sweep_csv)))
+    sweep_tokens = system(sprintf("awk -F, 'NR == 2 { printf \"%%d\", $1 * $2 }' '%s'", sweep_csv))
+    stats sweep_csv every ::1 using 1 name "sw" nooutput
+    set logscale x 2
+    set format x "%.0f"
+    set xrange [sw_min / 1.25 : sw_max * 1.25]
+    set xtics autofreq
+    set xlabel "sequence length T (tokens); B*T = " . sweep_tokens . " tokens per step (B at least 1)"
+    set key top right
+
+    set output dir . "/sweep_tokens.png"
+    stats sweep_ok using 6 name "swt" nooutput
+    set title title("Training throughput against sequence length, naive vs flash attention", machine)
+    set ylabel "tokens/s (mean over the steps after the first)"
+    sweep_oom_y = swt_max * 0.05
+    set yrange [0:swt_max * 1.15]
+    sweep_oom_tok = sweep_oom == 0 ? "" : \
+        ", sweep(\"naive\", \"oom\") using 1:(sweep_oom_y) with points pt 2 ps 3 lw 3 lc rgb naive_color title \"naive: out of memory\""
+    eval 'plot sweep("naive", "ok") using 1:6 with linespoints lw 2 pt 7 lc rgb naive_color title "naive", ' . \
+         'sweep("flash", "ok") using 1:6 with linespoints lw 2 pt 5 lc rgb flash_color title "flash"' . sweep_oom_tok
+
+    set output dir . "/sweep_memory.png"
+    set yrange [*:*]
+    stats sweep_ok using 7 name "swm" nooutput
+    sweep_unit = swm_max >= 2**30 ? 2**30 : 2**20
+    sweep_unit_name = swm_max >= 2**30 ? "GiB" : "MiB"
+    set logscale y 2
+    set key top left
+    set title title("Peak training memory against sequence length, naive vs flash attention", machine)
+    set ylabel sprintf("peak memory (%s, the program's own count)", sweep_unit_name)
+    sweep_oom_m = swm_max / sweep_unit * 2
+    sweep_oom_mem = sweep_oom == 0 ? "" : \
+        ", sweep(\"naive\", \"oom\") using 1:(sweep_oom_m) with points pt 2 ps 3 lw 3 lc rgb naive_color title \"naive: out of memory\""
+    eval 'plot sweep("naive", "ok") using 1:($7 / sweep_unit) with linespoints lw 2 pt 7 lc rgb naive_color title "naive", ' . \
+         'sweep("flash", "ok") using 1:($7 / sweep_unit) with linespoints lw 2 pt 5 lc rgb flash_color title "flash"' . sweep_oom_mem
+    unset logscale
+    set xrange [*:*]
+    set yrange [*:*]
+    set key top right
+}
+
 # ---- attention plots: only where the microbenchmark ran --------------------------------------------
-if (system(sprintf("test -s '%s' && echo yes || echo no", attention_csv)) eq "no") { exit }
+if (!file_exists(attention_csv)) { exit }
 attn(backend, status) = sprintf("< grep ',%s,%s,' '%s'", backend, status, attention_csv)
 oom_count = int(system(sprintf("grep -c ',naive,oom,' '%s' || true", attention_csv)))
 # the out-of-memory crosses, a plot element only where there are some (@ expands the string)
@@ -138,11 +195,18 @@ set title title("Causal attention time against sequence length (" . shape . ")",
 set ylabel "time per call (ms, median)"
 oom_y = t_max * 2   # the crosses sit above every timed point
 if (oom_count > 0) { set yrange [*:oom_y * 2] }
+# PyTorch SDPA's cuDNN and FlashAttention-2, measured in the same call, where they ran
+torch_rows(backend) = sprintf("< grep ',%s,' '%s'", backend, torch_csv)
+torch_lines = !file_exists(torch_csv) ? "" : \
+    ", torch_rows(\"cudnn\") using 1:5 with linespoints lw 2 pt 9 lc rgb cudnn_color title \"PyTorch SDPA cuDNN, forward+backward\"" . \
+    ", torch_rows(\"cudnn\") using 1:4 with linespoints lw 2 dt 2 pt 8 lc rgb cudnn_color title \"PyTorch SDPA cuDNN, forward\"" . \
+    ", torch_rows(\"flash\") using 1:5 with linespoints lw 2 pt 11 lc rgb fa2_color title \"PyTorch SDPA FlashAttention-2, forward+backward\"" . \
+    ", torch_rows(\"flash\") using 1:4 with linespoints lw 2 dt 2 pt 10 lc rgb fa2_color title \"PyTorch SDPA FlashAttention-2, forward\""
 plot attn("naive", "ok") using 1:9 with linespoints lw 2 pt 7 lc rgb naive_color title "naive, forward+backward", \
      attn("naive", "ok") using 1:7 with linespoints lw 2 dt 2 pt 6 lc rgb naive_color title "naive, forward", \
      attn("flash", "ok") using 1:9 with linespoints lw 2 pt 5 lc rgb flash_color title "flash, forward+backward", \
      attn("flash", "ok") using 1:7 with linespoints lw 2 dt 2 pt 4 lc rgb flash_color title "flash, forward" \
-     @oom_time
+     @oom_time @torch_lines
 set yrange [*:*]
 
 # memory: the bytes each backend allocates (qkv, out, dout, dqkv, what it saves for backward,

@@ -3,9 +3,10 @@
 # memcheck, training runs and benchmarks, with the PyTorch baselines in the same run.
 #   scripts/gpu_check.sh [STAGE ...]     (default: all stages, in order)
 # Stages: env build test curves sanitize parity train long bench-attn bench-layers bench-infer
-# Logs go to $OUT (or out/gpu_check); a short table of results is printed last.
-# Where PCRE2's header is not installed, put it in .carry/pcre2 (dpkg -x of Debian's
-# libpcre2-dev; see docs/PERF.md "How these were measured").
+# Logs go to $OUT (or out/gpu_check); a short table of results is printed last. Exits non-zero
+# when anything failed; after a failed build the stages that run its programs are skipped.
+# The tokenizer links the project's own PCRE2 (deps/pcre2, built by scripts/setup.sh); where
+# setup cannot run (no network), carry deps/pcre2 from a machine where it did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -14,11 +15,9 @@ JOBS=$(nproc)
 SUMMARY="$OUT/summary.md"
 : > "$SUMMARY"
 MAKEVARS=()
-if [ -f .carry/pcre2/usr/include/pcre2.h ]; then
-    MAKEVARS+=(EXTRA_CFLAGS=-I.carry/pcre2/usr/include PCRE2_LIBS=.carry/pcre2/usr/lib/x86_64-linux-gnu/libpcre2-8.a)
-fi
 BENCH=${BENCH:-.carry/bench}      # ../shared/bench copied into the checkout
 TRAIN_DATA="-i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin"
+failures=0
 note() { echo "$*" | tee -a "$SUMMARY"; }
 run_logged() {   # run_logged NAME CMD...: output to $OUT/NAME.log and the screen; records pass/fail
     local name=$1; shift
@@ -26,6 +25,7 @@ run_logged() {   # run_logged NAME CMD...: output to $OUT/NAME.log and the scree
     "$@" 2>&1 | tee "$OUT/$name.log"
     local rc=${PIPESTATUS[0]}
     note "| $name | $([ "$rc" -eq 0 ] && echo ok || echo "FAILED (exit $rc)") |"
+    [ "$rc" -eq 0 ] || failures=$((failures + 1))
     return "$rc"
 }
 
@@ -39,22 +39,18 @@ stage_env() {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 }
 
-# Builds both CUDA variants (and a portable CPU build, the fp32 reference of the parity
-# checks) unless binaries that run are already there (built elsewhere and carried here).
+# Builds both CUDA variants and a portable CPU build (the fp32 reference of the parity
+# checks). make is incremental: binaries built elsewhere and carried here are kept as long as
+# make finds them up to date with the sources, and rebuilt otherwise.
 stage_build() {
-    local cpu=build/cpu-portable
+    local cpu=build/cpu-portable rc=0
     for attn in flash naive; do
-        if build/cuda-$attn/train_gpt2 --help >/dev/null 2>&1 && [ -x build/cuda-$attn/tests/gpu/test_layers_gpu ]; then
-            note "| build-$attn | prebuilt binaries run |"
-        else
-            run_logged "build-$attn" make -j"$JOBS" BACKEND=cuda ATTENTION=$attn OPT=-O3 "${MAKEVARS[@]}" \
-                cuda-build build/cuda-$attn/import_hf || return 1
-        fi
+        run_logged "build-$attn" make -j"$JOBS" BACKEND=cuda ATTENTION=$attn OPT=-O3 "${MAKEVARS[@]}" \
+            cuda-build build/cuda-$attn/import_hf || rc=1
     done
-    if ! $cpu/infer_gpt2 --help >/dev/null 2>&1; then
-        run_logged "build-cpu" make -j"$JOBS" BACKEND=cpu BUILD=$cpu OPT=-O3 "${MAKEVARS[@]}" \
-            $cpu/infer_gpt2 $cpu/parity_dump || return 1
-    fi
+    run_logged "build-cpu" make -j"$JOBS" BACKEND=cpu BUILD=$cpu OPT=-O3 "${MAKEVARS[@]}" \
+        $cpu/infer_gpt2 $cpu/parity_dump || rc=1
+    return "$rc"
 }
 
 stage_test() {
@@ -145,12 +141,29 @@ stage_bench_infer() {
     run_logged "bench-infer" env BUILD=build/cuda-flash HF_N=64 HF_R=2 bash bench/infer.sh "$OUT/infer.md"
 }
 
+all_stages=(env build test curves sanitize parity train long bench-attn bench-layers bench-infer)
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(env build test curves sanitize parity train long bench-attn bench-layers bench-infer)
+[ ${#stages[@]} -eq 0 ] && stages=("${all_stages[@]}")
+for s in "${stages[@]}"; do
+    if ! printf '%s\n' "${all_stages[@]}" | grep -qx -- "$s"; then
+        echo "gpu_check.sh: unknown stage '$s' (stages: ${all_stages[*]})" >&2
+        exit 2
+    fi
+done
+build_failed=0
 for s in "${stages[@]}"; do
     echo "===================== $s"
+    if [ "$build_failed" -eq 1 ] && [ "$s" != env ]; then
+        note "| $s | skipped: the build failed |"
+        continue
+    fi
     "stage_${s//-/_}"
+    [ "$s" = build ] && [ "$failures" -gt 0 ] && build_failed=1
 done
 echo
 echo "===================== summary"
 cat "$SUMMARY"
+if [ "$failures" -gt 0 ]; then
+    echo "gpu_check.sh: $failures step(s) failed (logs in $OUT)"
+    exit 1
+fi

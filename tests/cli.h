@@ -1,13 +1,17 @@
 // cli.h: for the tests that run a program as a user would (tests/test_cli.c,
-// tests/test_data_parallel.c): a scratch folder, and shell commands whose output is captured.
+// tests/test_data_parallel.c): a scratch folder, shell commands whose output is captured, and
+// token files to train on.
 #ifndef TESTS_CLI_H
 #define TESTS_CLI_H
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "test.h"
 
 static char bin[512];              // the program under test: $BUILD/<program>
 static char dir[256];              // the test's scratch folder
@@ -47,6 +51,41 @@ static int run(const char *fmt, ...) {
     output[n] = '\0';
     if (f) fclose(f);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+// a token file (llm.c format: a header of 256 int32, magic and version and the token count it
+// declares, then uint16 tokens) of ntokens random tokens below 1000
+static void write_token_file(const char *path, int ntokens, int magic, int version, int declared,
+                             unsigned long long *rng) {
+    int header[256] = {0};
+    header[0] = magic;
+    header[1] = version;
+    header[2] = declared;
+    FILE *f = fopen(path, "wb");
+    if (!f) { printf("FAIL: cannot write %s\n", path); exit(1); }
+    fwrite(header, sizeof(int), 256, f);
+    for (int i = 0; i < ntokens; i++) {
+        uint16_t t = (uint16_t)((test_randf(rng) * 0.5f + 0.5f) * 1000);   // a small vocabulary
+        fwrite(&t, 2, 1, f);
+    }
+    fclose(f);
+}
+
+// train.bin (3000 tokens) and val.bin (600) in the scratch folder
+static void write_train_val(unsigned long long *rng) {
+    char p[512];
+    snprintf(p, sizeof(p), "%s/train.bin", dir);
+    write_token_file(p, 3000, 20240520, 1, 3000, rng);
+    snprintf(p, sizeof(p), "%s/val.bin", dir);
+    write_token_file(p, 600, 20240520, 1, 600, rng);
+}
+
+// the end of main: rc from test_summary(); the scratch folder is removed when all passed and
+// kept, for a look, when not
+static int cli_finish(int rc) {
+    if (rc == 0) run("rm -rf %s", dir);
+    else printf("files kept in %s\n", dir);
+    return rc;
 }
 
 #endif

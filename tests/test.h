@@ -90,4 +90,19 @@ static inline void test_fill(float *x, size_t n, float scale, unsigned long long
     for (size_t i = 0; i < n; i++) x[i] = scale * test_randf(state);
 }
 
+// new arrays (n) of the values of x widened to double, or rounded to float, for references
+// computed in double; exits when out of memory
+static inline double *test_to_double(const float *x, size_t n) {
+    double *d = (double *)calloc(n ? n : 1, sizeof(double));
+    if (!d) { fprintf(stderr, "out of memory (%zu doubles)\n", n); exit(1); }
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static inline float *test_to_float(const double *x, size_t n) {
+    float *f = (float *)calloc(n ? n : 1, sizeof(float));
+    if (!f) { fprintf(stderr, "out of memory (%zu floats)\n", n); exit(1); }
+    for (size_t i = 0; i < n; i++) f[i] = (float)x[i];
+    return f;
+}
+
 #endif

@@ -31,14 +31,6 @@ static void fill_nan(void *p, size_t bytes) {
     for (size_t i = 0; i < bytes / sizeof(float); i++) x[i] = NAN;
 }
 
-static void to_double(double *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = src[i];
-}
-
-static void to_float(float *dst, const double *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = (float)src[i];
-}
-
 // part (B, T, C) = one of q (0), k (1), v (2) out of packed (B, T, 3, C)
 static void take_part(float *part, const float *packed, int which, int B, int T, int C) {
     for (size_t row = 0; row < (size_t)B * T; row++)
@@ -94,31 +86,39 @@ static void check_close_tracked(double *worst, const float *a, const float *ref,
 // ----------------------------------------------------------------------------------------
 // double-precision reference: the definition, one query row at a time, P recomputed
 
+// p (t + 1) = row t of P for head h of sequence b: softmax over s <= t of q_t . k_s / sqrt(HS);
+// returns the row's logsumexp. qkv (B, T, 3, NH, HS)
+static double reference_probs(double *p, const double *qkv, int b, int t, int h, int T, int NH,
+                              int HS) {
+    const int C = NH * HS;
+    const double scale = 1.0 / sqrt((double)HS);
+    const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
+    double max_score = -INFINITY;
+    for (int s = 0; s <= t; s++) {
+        const double *k = qkv + ((size_t)b * T + s) * 3 * C + C + h * HS;
+        double score = 0.0;
+        for (int i = 0; i < HS; i++) score += q[i] * k[i];
+        p[s] = score * scale;
+        if (p[s] > max_score) max_score = p[s];
+    }
+    double sum = 0.0;
+    for (int s = 0; s <= t; s++) { p[s] = exp(p[s] - max_score); sum += p[s]; }
+    for (int s = 0; s <= t; s++) p[s] /= sum;
+    return max_score + log(sum);
+}
+
 // out (B, T, NH, HS), logsumexp (B, NH, T), probs (B, NH, T, T) or NULL, qkv (B, T, 3, NH, HS)
 static void reference_forward(double *out, double *logsumexp, double *probs, const double *qkv,
                               int B, int T, int NH, int HS) {
     const int C = NH * HS;
-    const double scale = 1.0 / sqrt((double)HS);
     double *p = malloc_or_die(T * sizeof(double));
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
-                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
-                double max_score = -INFINITY;
-                for (int s = 0; s <= t; s++) {
-                    const double *k = qkv + ((size_t)b * T + s) * 3 * C + C + h * HS;
-                    double score = 0.0;
-                    for (int i = 0; i < HS; i++) score += q[i] * k[i];
-                    p[s] = score * scale;
-                    if (p[s] > max_score) max_score = p[s];
-                }
-                double sum = 0.0;
-                for (int s = 0; s <= t; s++) { p[s] = exp(p[s] - max_score); sum += p[s]; }
-                logsumexp[((size_t)b * NH + h) * T + t] = max_score + log(sum);
+                logsumexp[((size_t)b * NH + h) * T + t] = reference_probs(p, qkv, b, t, h, T, NH, HS);
                 double *o = out + ((size_t)b * T + t) * C + h * HS;
                 for (int i = 0; i < HS; i++) o[i] = 0.0;
                 for (int s = 0; s <= t; s++) {
-                    p[s] /= sum;
                     const double *v = qkv + ((size_t)b * T + s) * 3 * C + 2 * C + h * HS;
                     for (int i = 0; i < HS; i++) o[i] += p[s] * v[i];
                 }
@@ -145,19 +145,9 @@ static void reference_backward(double *dqkv, const double *dout, const double *q
             for (int t = 0; t < T; t++) {
                 const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
                 const double *dout_t = dout + ((size_t)b * T + t) * C + h * HS;
-                double max_score = -INFINITY;
-                for (int s = 0; s <= t; s++) {
-                    const double *k = qkv + ((size_t)b * T + s) * 3 * C + C + h * HS;
-                    double score = 0.0;
-                    for (int i = 0; i < HS; i++) score += q[i] * k[i];
-                    p[s] = score * scale;
-                    if (p[s] > max_score) max_score = p[s];
-                }
-                double sum = 0.0;
-                for (int s = 0; s <= t; s++) { p[s] = exp(p[s] - max_score); sum += p[s]; }
+                reference_probs(p, qkv, b, t, h, T, NH, HS);
                 double dp_dot_p = 0.0;
                 for (int s = 0; s <= t; s++) {
-                    p[s] /= sum;
                     const double *v = qkv + ((size_t)b * T + s) * 3 * C + 2 * C + h * HS;
                     dp[s] = 0.0;
                     for (int i = 0; i < HS; i++) dp[s] += dout_t[i] * v[i];
@@ -194,7 +184,6 @@ static void test_reference_gradient(unsigned long long *rng) {
     double *out = malloc_or_die(n_out * sizeof(double));
     double *logsumexp = malloc_or_die((size_t)B * NH * T * sizeof(double));
     float *numeric = malloc_or_die(n_qkv * sizeof(float));
-    float *analytic = malloc_or_die(n_qkv * sizeof(float));
     for (size_t i = 0; i < n_qkv; i++) qkv[i] = 2.0 * test_randf(rng);
     for (size_t i = 0; i < n_out; i++) dout[i] = test_randf(rng);
 
@@ -212,7 +201,7 @@ static void test_reference_gradient(unsigned long long *rng) {
         }
         numeric[i] = (float)((loss[0] - loss[1]) / (2.0 * eps));
     }
-    to_float(analytic, dqkv, n_qkv);
+    float *analytic = test_to_float(dqkv, n_qkv);
     // float storage of both sides limits this to ~1e-7; the difference quotient itself is
     // good to ~1e-10 here
     CHECK_CLOSE(analytic, numeric, n_qkv, 1e-6, "reference dqkv vs finite differences");
@@ -235,24 +224,16 @@ static void test_case(int B, int T, int NH, int HS, float input_scale, double to
     test_fill(dout, n_out, 1.0f, rng);
 
     // reference, rounded to float for comparison (adds ~6e-8 relative, far below tol)
-    double *qkv_d = malloc_or_die(n_qkv * sizeof(double));
-    double *dout_d = malloc_or_die(n_out * sizeof(double));
+    double *qkv_d = test_to_double(qkv, n_qkv), *dout_d = test_to_double(dout, n_out);
     double *out_d = malloc_or_die(n_out * sizeof(double));
     double *dqkv_d = malloc_or_die(n_qkv * sizeof(double));
     double *logsumexp_d = malloc_or_die(n_rows * sizeof(double));
     double *probs_d = malloc_or_die(n_rows * T * sizeof(double));
-    to_double(qkv_d, qkv, n_qkv);
-    to_double(dout_d, dout, n_out);
     reference_forward(out_d, logsumexp_d, probs_d, qkv_d, B, T, NH, HS);
     reference_backward(dqkv_d, dout_d, qkv_d, B, T, NH, HS);
-    float *ref_out = malloc_or_die(n_out * sizeof(float));
-    float *ref_dqkv = malloc_or_die(n_qkv * sizeof(float));
-    float *ref_logsumexp = malloc_or_die(n_rows * sizeof(float));
-    float *ref_probs = malloc_or_die(n_rows * T * sizeof(float));
-    to_float(ref_out, out_d, n_out);
-    to_float(ref_dqkv, dqkv_d, n_qkv);
-    to_float(ref_logsumexp, logsumexp_d, n_rows);
-    to_float(ref_probs, probs_d, n_rows * T);
+    float *ref_out = test_to_float(out_d, n_out), *ref_dqkv = test_to_float(dqkv_d, n_qkv);
+    float *ref_logsumexp = test_to_float(logsumexp_d, n_rows);
+    float *ref_probs = test_to_float(probs_d, n_rows * T);
 
     float *ref_part = malloc_or_die(n_out * sizeof(float));
     float *part = malloc_or_die(n_out * sizeof(float));

@@ -14,21 +14,6 @@
 
 
 
-static void write_token_file(const char *path, int ntokens, int magic, int version, int declared,
-                             unsigned long long *rng) {
-    int header[256] = {0};
-    header[0] = magic;
-    header[1] = version;
-    header[2] = declared;
-    FILE *f = fopen(path, "wb");
-    fwrite(header, sizeof(int), 256, f);
-    for (int i = 0; i < ntokens; i++) {
-        uint16_t t = (uint16_t)((test_randf(rng) * 0.5f + 0.5f) * 1000);   // a small vocabulary
-        fwrite(&t, 2, 1, f);
-    }
-    fclose(f);
-}
-
 // the train lines of log.csv without the timing columns: "step,train,loss,grad_norm,lr"
 static int read_losses(const char *path, char lines[][512], int max) {
     FILE *f = fopen(path, "r");
@@ -74,6 +59,31 @@ static void test_full_run(void) {
     CHECK(rc == 0, "training starts from a written checkpoint:\n%s", output);
 }
 
+// MFU on every step line and in the summary: llm.c's FLOPs per token times the tokens per step,
+// over the step's time, over the peak; the CPU has no tabled peak, so it is given here
+static void test_mfu(void) {
+    int rc = run("%s -i %s/train.bin " TINY " -x 2 -v 0 -s 0 --peak-tflops 0.001", bin, dir);
+    CHECK(rc == 0, "a run with --peak-tflops exits 0:\n%s", output);
+    double flops = 0.0, ms = 0.0, mfu = 0.0;
+    const char *table = strstr(output, "| MFU               | 6N + 6LCT = ");
+    CHECK(table && sscanf(table, "| MFU               | 6N + 6LCT = %lf", &flops) == 1 && flops > 0,
+          "the config table states the FLOPs per token:\n%s", output);
+    const char *line = strstr(output, "step    2/2 |");
+    const char *ms_at = line ? strstr(line, " ms |") : NULL, *mfu_at = line ? strstr(line, "| MFU ") : NULL;
+    if (ms_at) while (ms_at > line && ms_at[-1] != '|') ms_at--;
+    CHECK(ms_at && mfu_at && sscanf(ms_at, " %lf", &ms) == 1 && sscanf(mfu_at, "| MFU %lf%%", &mfu) == 1,
+          "the step line ends with its MFU:\n%s", output);
+    double expected = 100.0 * flops * 32 / (ms / 1e3) / 1e9;   // B*T = 32 tokens, peak 1 GFLOP/s
+    CHECK(fabs(mfu - expected) <= 0.01 * expected + 0.1, "MFU %.2f%% = FLOPs/token x tokens / time / peak (%.2f%%)",
+          mfu, expected);
+    CHECK(strstr(output, "TFLOP/s, MFU ") && strstr(output, "% of 0.001 TFLOP/s"), "the summary's mean MFU:\n%s", output);
+    rc = run("%s -i %s/train.bin " TINY " -x 1 -v 0 -s 0", bin, dir);
+    CHECK(rc == 0 && strstr(output, "not shown: no peak rate known") && !strstr(output, "| MFU 0"),
+          "no MFU where the peak is unknown, and the table says why:\n%s", output);
+    rc = run("%s -i %s/train.bin " TINY " -x 1 --peak-tflops -5", bin, dir);
+    CHECK(rc != 0 && strstr(output, "--peak-tflops"), "a negative peak is refused naming the flag:\n%s", output);
+}
+
 // 6 steps in one go, against 3 steps + a resumed run from the step-3 checkpoint
 static void test_resume_bit_exact(void) {
     int rc = run("%s -i %s/train.bin -j %s/val.bin " TINY " -x 6 -n 3 -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 "
@@ -98,7 +108,7 @@ static void test_resume_bit_exact(void) {
     snprintf(pb, sizeof(pb), "%s/resumed/state_00000006.bin", dir);
     CHECK(files_equal(pa, pb), "final optimizer state of the resumed run is bit-identical");
     // resuming with other shapes is refused, and nothing already written is touched
-    rc = run("%s -i %s/train.bin " TINY " -b 1 -x 8 -v 0 -s 0 -o %s/resumed -y 1", bin, dir, dir);
+    rc = run("%s -i %s/train.bin -e d1 -b 1 -t 16 -m 2 -g 4 -x 8 -v 0 -s 0 -o %s/resumed -y 1", bin, dir, dir);
     CHECK(rc != 0 && strstr(output, "resume with the same"), "resume with another -b refused:\n%s", output);
     CHECK(files_equal(pa, pb), "a refused resume leaves the checkpoints intact");
 }
@@ -133,7 +143,7 @@ static void test_bad_inputs(unsigned long long *rng) {
     expect_error("flag -t needs a value", "missing value", "-t");
     expect_error("flag -r: 3 is out of range [0, 2]", "a recompute level that does not exist", "-r 3");
     expect_error("not a positive multiple of B*T", "bad total batch", "-v 0 -s 0 -i %s/train.bin -b 2 -t 16 -d 33", d);
-    expect_error("no token file matches", "missing file", "-v 0 -s 0 -i %s/nothere_*.bin", d);
+    expect_error("no training token file matches", "missing file", "-v 0 -s 0 -i %s/nothere_*.bin", d);
     expect_error("not a token file (magic 12345", "wrong magic", "-v 0 -s 0 -i %s/badmagic.bin " TINY, d);
     expect_error("token file version 7 is not supported", "wrong version", "-v 0 -s 0 -i %s/badversion.bin " TINY, d);
     expect_error("truncated", "truncated token file", "-v 0 -s 0 -i %s/truncated.bin " TINY, d);
@@ -212,21 +222,145 @@ static void test_out_of_memory(unsigned long long *rng) {
     run("rm -f %s", p);
 }
 
+// the flags themselves: each given once, no stray arguments, every number in range, and sizes
+// derived from them that overflow nothing
+static void test_bad_flags(void) {
+    char d[300];
+    snprintf(d, sizeof(d), "%s", dir);
+    expect_error("flag -b given twice", "a duplicate flag", "-b 2 -b 4");
+    expect_error("flag --shuffle given twice", "a duplicate switch", "--shuffle --shuffle");
+    expect_error("unexpected argument 'foo': train_gpt2 takes flags only", "a positional argument last", "-b 2 foo");
+    expect_error("unexpected argument 'foo'", "a positional argument first", "foo -b 2");
+    expect_error("unknown flag --frobnicate", "an unknown flag last", "-b 2 --frobnicate");
+    expect_error("flag -o needs a value, not the flag -y", "a flag where a value belongs", "-o -y 1");
+    expect_error("flag -x: 0 steps trains nothing", "-x 0", "-x 0");
+    expect_error("flag -x: -2 is out of range", "-x below -1", "-x -2");
+    expect_error("flag -nk: -1 is out of range", "-nk negative", "-nk -1");
+    expect_error("flag -nk needs -o", "-nk without a folder", "-nk 2");
+    expect_error("flag --overwrite needs -o", "--overwrite without a folder", "--overwrite");
+    expect_error("-y 1 and --overwrite", "resume and overwrite at once", "-y 1 --overwrite -o %s/x", d);
+    expect_error("flag --seed: -1 is out of range", "negative seed", "--seed -1");
+    expect_error("flag -g: 0 is out of range", "-g 0", "-g 0");
+    // sizes from the flags: in 64 bits, each bound named (these once crashed or trained nothing)
+    expect_error("1099511627776 micro-batches of B*T = 1, more than 2147483647", "-d 2^40 (was SIGFPE)",
+                 "-e d2 -b 1 -t 1 -d 1099511627776");
+    expect_error("2147483648 micro-batches", "-d 2^31 (was -2147483648 micro-steps)", "-e d2 -b 1 -t 1 -d 2147483648");
+    expect_error("4294967297 micro-batches", "-d 2^32+1 (was one micro-step)", "-e d2 -b 1 -t 1 -d 4294967297");
+    expect_error("flag -d: 1099511627777 is out of range", "-d past 2^40", "-d 1099511627777");
+    expect_error("68719476736 tokens per micro-batch, more than 2147483647", "B*T past an int",
+                 "-b 65536 -t 1048576");
+    expect_error("not a positive multiple of B*T*world = 2*16*1", "-d not a multiple", "-b 2 -t 16 -d 48");
+}
+
+// a token id the model cannot embed is found when its file is opened, not when its batch comes
+static void test_bad_token_ids(unsigned long long *rng) {
+    char p[512];
+    snprintf(p, sizeof(p), "%s/badid.bin", dir);
+    write_token_file(p, 3000, 20240520, 1, 3000, rng);
+    FILE *f = fopen(p, "r+b");
+    uint16_t big = 60000;
+    fseek(f, 1024 + 2 * 2345, SEEK_SET);
+    fwrite(&big, 2, 1, f);
+    fclose(f);
+    expect_error("badid.bin (training file): token 2345 (byte offset 5714) is 60000, outside the model's "
+                 "vocabulary [0, 50257)", "a training token past the vocabulary",
+                 "-i %s/badid.bin -v 0 -s 0 " TINY " -x 1", dir);
+    expect_error("badid.bin (validation file): token 2345", "a validation token past the vocabulary",
+                 "-i %s/train.bin -j %s/badid.bin -v 1 -s 0 " TINY " -x 1", dir, dir);
+}
+
+#define RUN "-i %s/train.bin -v 0 -s 0 " TINY
+
+static int count_files(const char *folder, const char *pattern) {
+    run("ls %s/%s | grep -c -E '%s'", dir, folder, pattern);
+    return atoi(output);
+}
+
+// the output folder: one run per folder, retention, what a kill leaves behind
+static void test_output_folder(void) {
+    int rc = run("%s " RUN " -x 5 -n 1 -nk 2 -o %s/keep", bin, dir, dir);
+    CHECK(rc == 0, "a run with -nk 2:\n%s", output);
+    CHECK(strstr(output, "| checkpoints       | ") && strstr(output, "each (model ") &&
+          strstr(output, "the last 2 kept"), "the table says what each checkpoint takes on disk:\n%s", output);
+    CHECK(count_files("keep", "^model_0000000[45][.]bin$") == 2 && count_files("keep", "^(model|state)_") == 4,
+          "-nk 2 keeps the checkpoints of steps 4 and 5 alone");
+    // a new run into it is refused, and nothing of the old one is touched
+    char before[512], after[512];
+    snprintf(before, sizeof(before), "%s/keep/state_00000005.bin", dir);
+    run("cp %s %s/state5.copy", before, dir);
+    snprintf(after, sizeof(after), "%s/state5.copy", dir);
+    rc = run("%s " RUN " -x 2 -o %s/keep", bin, dir, dir);
+    CHECK(rc == 1 && strstr(output, "holds another run") && strstr(output, "--overwrite"),
+          "a fresh run into another run's folder is refused:\n%s", output);
+    CHECK(files_equal(before, after), "the refused run left the folder as it was");
+    // --overwrite replaces it: nothing of the old run is left to be resumed
+    rc = run("%s " RUN " -x 2 -o %s/keep --overwrite", bin, dir, dir);
+    CHECK(rc == 0 && strstr(output, "deleted 5 file(s) of the earlier run"), "--overwrite:\n%s", output);
+    CHECK(count_files("keep", "^(model|state)_") == 2 && count_files("keep", "^model_00000002[.]bin$") == 1,
+          "after --overwrite only the new run's checkpoint");
+    // a kill between the model and the state file, and temporary files of a dead process
+    run("cp %s/keep/model_00000002.bin %s/keep/model_00000007.bin && "
+        "sh -c 'echo $$' > %s/deadpid && touch %s/keep/state_00000003.bin.tmp.$(cat %s/deadpid) "
+        "%s/keep/log.csv.tmp.$(cat %s/deadpid)", dir, dir, dir, dir, dir, dir, dir);
+    rc = run("%s " RUN " -x 4 -o %s/keep -y 1", bin, dir, dir);
+    CHECK(rc == 0 && strstr(output, "resumed from") && strstr(output, "model_00000002.bin at step 2"),
+          "resumes from the last complete checkpoint:\n%s", output);
+    CHECK(strstr(output, "model_00000007.bin has no state_00000007.bin"), "the model without state is named");
+    CHECK(strstr(output, "removed 2 temporary file(s)"), "stale temporary files removed at start");
+    CHECK(count_files("keep", "[.]tmp[.]") == 0, "no temporary file left");
+    // the log: one header, one line per step, across the resume
+    run("grep -c '^step,kind' %s/keep/log.csv; grep -c ',train,' %s/keep/log.csv", dir, dir);
+    CHECK(strcmp(output, "1\n4\n") == 0, "log.csv: 1 header and 4 train lines after resuming: '%s'", output);
+}
+
+// the training-state file: every corruption named as one, never blamed on the learning rate
+static void test_bad_state(void) {
+    int rc = run("%s " RUN " -x 2 -o %s/st", bin, dir, dir);
+    CHECK(rc == 0, "a run to corrupt:\n%s", output);
+    struct { const char *what, *poke, *message; } cases[] = {
+        {"NaN in a first moment", "printf '\\000\\000\\300\\177' | dd of=F bs=1 seek=72 conv=notrunc",
+         "the file is corrupt: value 0 of the AdamW first moments (byte 72) is nan"},
+        {"a negative second moment", "N=$(( ( $(stat -c %s F) - 72 ) / 2 )); "   // 2 arrays: fp32 has no master weights
+         "printf '\\000\\000\\200\\277' | dd of=F bs=1 seek=$((72 + N)) conv=notrunc",
+         "value 0 of the AdamW second moments"},
+        {"bad magic", "printf 'XXXX' | dd of=F bs=1 seek=0 conv=notrunc", "not a training-state file (magic"},
+        {"a step of 0", "printf '\\000' | dd of=F bs=1 seek=8 conv=notrunc", "corrupt header (step 0"},
+        {"a negative data position", "printf '\\377\\377\\377\\377\\377\\377\\377\\377' | dd of=F bs=1 seek=32 conv=notrunc",
+         "corrupt data position (epoch -1"},
+        {"truncated", "truncate -s -4 F", "truncated:"},
+        {"bytes past the end", "printf 'x' >> F", "1 unexpected bytes after the optimizer state"},
+        {"shorter than its header", "truncate -s 40 F", "shorter than the 72-byte header"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char folder[400], cmd[1200], *p;
+        snprintf(folder, sizeof(folder), "%s/st%zu", dir, i);
+        run("rm -rf %s && cp -r %s/st %s", folder, dir, folder);
+        snprintf(cmd, sizeof(cmd), "%s", cases[i].poke);
+        while ((p = strstr(cmd, "F")) && (p == cmd || p[-1] == ' ' || p[-1] == '=')) {   // F: the file
+            char rest[1200];
+            snprintf(rest, sizeof(rest), "%s", p + 1);
+            snprintf(p, sizeof(cmd) - (size_t)(p - cmd), "%s/state_00000002.bin%s", folder, rest);
+        }
+        run("%s", cmd);
+        rc = run("%s " RUN " -x 4 -o %s -y 1", bin, dir, folder);
+        CHECK(rc == 1 && strstr(output, cases[i].message) && strstr(output, "state_00000002.bin") &&
+              !strstr(output, "learning rate"), "%s: expected '%s':\n%s", cases[i].what, cases[i].message, output);
+    }
+}
+
 int main(void) {
     if (cli_init("train_gpt2", "test_cli") != 0) return 1;
     unsigned long long rng = test_seed();
-    char p[512];
-    snprintf(p, sizeof(p), "%s/train.bin", dir);
-    write_token_file(p, 3000, 20240520, 1, 3000, &rng);
-    snprintf(p, sizeof(p), "%s/val.bin", dir);
-    write_token_file(p, 600, 20240520, 1, 600, &rng);
+    write_train_val(&rng);
     test_full_run();
+    test_mfu();
     test_resume_bit_exact();
     test_bad_inputs(&rng);
     test_recompute();
     test_out_of_memory(&rng);
-    int rc = test_summary();
-    if (rc == 0) run("rm -rf %s", dir);
-    else printf("files kept in %s\n", dir);
-    return rc;
+    test_bad_flags();
+    test_bad_token_ids(&rng);
+    test_output_folder();
+    test_bad_state();
+    return cli_finish(test_summary());
 }

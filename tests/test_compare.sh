@@ -102,6 +102,21 @@ check "attention.csv: every row ok or oom, ok rows with numeric times" awk -F, '
     END { exit bad }' "$acsv"
 check "table.md: the attention table" grep -qE '^\| T \|' "$table"
 
+# ---- the sweep across T (--tiny: T = 32, 64 at B*T = 64 tokens) ---------------------------------------------
+scsv="$out/sweep.csv"
+check "sweep.csv exists" test -s "$scsv"
+check "sweep.csv: its header" test "$(head -n 1 "$scsv" 2>/dev/null)" = \
+    "T,B,backend,status,ms_per_step,tokens_per_s,peak_bytes"
+check "sweep.csv: T and B of each row, naive then flash" test "$(tail -n +2 "$scsv" | cut -d, -f1-3 | tr '\n' ' ')" = \
+    "32,2,naive 32,2,flash 64,1,naive 64,1,flash "
+check "sweep.csv: every row ok with numeric ms, tokens/s and bytes" awk -F, '
+    NR == 1 { next }
+    !($4 == "ok" && $5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ && $7 ~ /^[0-9]+$/ && $7 > 0) {
+        print "  sweep.csv line " NR ": " $0; bad = 1 }
+    END { exit bad }' "$scsv"
+check "table.md: the sweep table with both T" grep -qE '^\| 64 \| 1 \| [0-9]+ \| [0-9]+ \| [0-9.]+x \|' "$table"
+check "every sweep run left its log" test -s "$out/sweep_naive_T32.log" -a -s "$out/sweep_flash_T64.log"
+
 # ---- PNGs: signature, IHDR, a plausible size and dimensions ---------------------------------------------
 png_ok() {
     local f=$1 size sig w h
@@ -119,7 +134,7 @@ png_ok() {
     [ "$w" -ge 400 ] && [ "$w" -le 4000 ] && [ "$h" -ge 300 ] && [ "$h" -le 4000 ] ||
         { echo "  $f: ${w}x$h pixels"; return 1; }
 }
-for p in loss.png step_ms.png attention_time.png attention_memory.png; do
+for p in loss.png step_ms.png sweep_tokens.png sweep_memory.png attention_time.png attention_memory.png; do
     check "$p is a well-formed PNG" png_ok "$out/$p"
 done
 

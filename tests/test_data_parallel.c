@@ -6,6 +6,7 @@
 //   - 1 rank with the transport forced on is bit-identical to 1 rank without it;
 //   - checkpoints of the 2-rank run resume on 1 rank, and those of 1 rank on 2 ranks, with
 //     the next losses of the uninterrupted runs;
+//   - SIGINT to one rank stops both after the same step, with that step's checkpoint;
 //   - bad input ends with a clear message and a non-zero exit, never a hang: a rank outside
 //     the world, a missing rendezvous folder, a rank that never arrives, a rank that dies.
 // The binary under test is $BUILD/train_gpt2 (make test sets BUILD).
@@ -37,20 +38,6 @@ static int run_ranks(int world, const char *name, const char *args) {
         len += snprintf(cmd + len, sizeof(cmd) - len, "cat %s/rank%d_%s.txt; ", dir, r, name);
     snprintf(cmd + len, sizeof(cmd) - len, "exit $rc");
     return run("%s", cmd);
-}
-
-static void write_token_file(const char *path, int ntokens, unsigned long long *rng) {
-    int header[256] = {0};
-    header[0] = 20240520;
-    header[1] = 1;
-    header[2] = ntokens;
-    FILE *f = fopen(path, "wb");
-    fwrite(header, sizeof(int), 256, f);
-    for (int i = 0; i < ntokens; i++) {
-        uint16_t t = (uint16_t)((test_randf(rng) * 0.5f + 0.5f) * 1000);   // a small vocabulary
-        fwrite(&t, 2, 1, f);
-    }
-    fclose(f);
 }
 
 // log.csv of a run: per train step its loss and gradient norm, per validation its loss
@@ -180,6 +167,25 @@ static void test_resume_across_worlds(void) {
     CHECK(rc != 0 && strstr(output, "resume with the same"), "resume with another -d refused:\n%s", output);
 }
 
+// SIGINT to one rank of two: both stop after the same step (they agree once per step), rank 0
+// writes that step's checkpoint, the signalled rank exits 130 and the other 143
+static void test_interrupt_one_rank(void) {
+    int rc = run("mkdir -p %s/rv_stop; for r in 0 1; do OMP_NUM_THREADS=1 %s -i %s/train.bin -e d1 -t 16 "
+                 "--max-seq-len 64 -b 2 -x 100000 -v 0 -s 0 -o %s/stop --world 2 --rank $r --comm-dir "
+                 "%s/rv_stop --comm-timeout 30 > %s/stop_rank$r.txt 2>&1 & eval p$r=$!; done; "
+                 "for i in $(seq 600); do [ \"$(grep -c ',train,' %s/stop/log.csv 2>/dev/null)\" -ge 3 ] "
+                 "&& break; sleep 0.1; done; kill -INT $p1; wait $p0; r0=$?; wait $p1; r1=$?; "
+                 "echo \"exit $r0 $r1\"; ls %s/stop; grep -c ',train,' %s/stop/log.csv",
+                 dir, bin, dir, dir, dir, dir, dir, dir, dir);
+    CHECK(rc == 0 && strstr(output, "exit 143 130"), "rank 0 exits 143, the signalled rank 1 130:\n%s", output);
+    const char *last_line = output;   // the count of train lines
+    for (const char *p = output; (p = strchr(p, '\n')) && p[1]; p++) last_line = p + 1;
+    int steps = atoi(last_line);
+    char want[64];
+    snprintf(want, sizeof(want), "state_%08d.bin", steps);
+    CHECK(steps >= 3 && strstr(output, want), "the checkpoint of the last logged step %d is written:\n%s", steps, output);
+}
+
 // expect a non-zero exit and `message` in the output
 static void expect_error(int rc, const char *message, const char *what) {
     CHECK(rc != 0 && rc != 128 && strstr(output, message) != NULL && !strstr(output, "Sanitizer"),
@@ -209,7 +215,8 @@ static void test_bad_inputs(void) {
                  "rank 1: timed out after 1 s waiting for rank 0", "rank 0 never arrives (from RANK, WORLD_SIZE)");
     // rank 1 dies after joining (its data file is missing): rank 0 stops too, with a message
     char args[2048];
-    snprintf(args, sizeof(args), "%s -i %s/$( [ $r = 0 ] && echo train || echo nothere ).bin", tiny, dir);
+    snprintf(args, sizeof(args), "%s -i %s/$( [ $r = 0 ] && echo train || echo nothere ).bin",
+             strstr(tiny, " -e "), dir);   // tiny less its own -i
     int rc = run("mkdir -p %s/rv_dies; for r in 0 1; do OMP_NUM_THREADS=1 %s %s --world 2 --rank $r "
                  "--comm-dir %s/rv_dies --comm-timeout 30 & [ $r = 0 ] && p0=$!; done; wait $p0; rc=$?; "
                  "wait; exit $rc", dir, bin, args, dir);
@@ -220,16 +227,10 @@ int main(void) {
     if (cli_init("train_gpt2", "test_dp") != 0) return 1;
     snprintf(common, sizeof(common), COMMON, dir, dir);
     unsigned long long rng = test_seed();
-    char p[512];
-    snprintf(p, sizeof(p), "%s/train.bin", dir);
-    write_token_file(p, 3000, &rng);
-    snprintf(p, sizeof(p), "%s/val.bin", dir);
-    write_token_file(p, 600, &rng);
+    write_train_val(&rng);
     test_same_losses();
     test_resume_across_worlds();
+    test_interrupt_one_rank();
     test_bad_inputs();
-    int rc = test_summary();
-    if (rc == 0) run("rm -rf %s", dir);
-    else printf("files kept in %s\n", dir);
-    return rc;
+    return cli_finish(test_summary());
 }

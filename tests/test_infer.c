@@ -18,7 +18,9 @@
 #include "../attention/attention.h"
 #include "../data/tokenizer.h"
 #include "../gpt2.h"
+#include "decode_reference.h"
 #include "test.h"
+#include "tiny_model.h"   // tiny_config(max_seq_len): maxT 24 here
 
 static char dir[256], infer_bin[512], import_bin[512];
 static char out[1 << 16], err[1 << 16];
@@ -77,30 +79,6 @@ static int parse_ints(const char *text, int *ids, int max) {
 // ----------------------------------------------------------------------------------------
 // attention_decode, kv_cache_store, logits_argmax
 
-// out (NH, HS) for sequence b, in double: softmax(q k^T / sqrt(HS)) v over positions 0..len-1
-static void reference_decode(double *ref, const float *q, const float *kc, const float *vc,
-                             int b, int len, int maxT, int NH, int HS) {
-    int C = NH * HS;
-    double *scores = malloc(len * sizeof(double));
-    for (int h = 0; h < NH; h++) {
-        double max = -INFINITY, sum = 0.0;
-        for (int s = 0; s < len; s++) {
-            double dot = 0.0;
-            for (int i = 0; i < HS; i++)
-                dot += (double)q[b * C + h * HS + i] * kc[((size_t)b * maxT + s) * C + h * HS + i];
-            scores[s] = dot / sqrt((double)HS);
-            if (scores[s] > max) max = scores[s];
-        }
-        for (int s = 0; s < len; s++) sum += (scores[s] = exp(scores[s] - max));
-        for (int i = 0; i < HS; i++) {
-            double acc = 0.0;
-            for (int s = 0; s < len; s++) acc += scores[s] * vc[((size_t)b * maxT + s) * C + h * HS + i];
-            ref[h * HS + i] = acc / sum;
-        }
-    }
-    free(scores);
-}
-
 static void test_attention_decode(unsigned long long *rng) {
     // (B, len, maxT, NH, HS): one position, lengths that are multiples of nothing, HS 64
     int shapes[][5] = {{1, 1, 1, 1, 8}, {3, 17, 20, 2, 5}, {2, 100, 128, 4, 64}, {1, 333, 333, 3, 16}};
@@ -111,7 +89,6 @@ static void test_attention_decode(unsigned long long *rng) {
         float *q = malloc(B * C * sizeof(float)), *kc = malloc(cache * sizeof(float));
         float *vc = malloc(cache * sizeof(float)), *o = malloc(B * C * sizeof(float));
         float *o2 = malloc(B * C * sizeof(float)), *ref = malloc(B * C * sizeof(float));
-        double *refd = malloc(C * sizeof(double));
         test_fill(q, B * C, 2.0f, rng);   // scores of a few units: a peaked softmax
         test_fill(kc, cache, 1.0f, rng);
         test_fill(vc, cache, 1.0f, rng);
@@ -119,13 +96,10 @@ static void test_attention_decode(unsigned long long *rng) {
         void *scratch = malloc(attention_decode_scratch_size(B, maxT, NH, HS) + 1);
         attention_decode(o, scratch, q, kc, vc, B, len, maxT, NH, HS);
         attention_decode_dev(o2, scratch, q, kc, vc, &len, B, maxT, NH, HS);
-        for (int b = 0; b < B; b++) {
-            reference_decode(refd, q, kc, vc, b, len, maxT, NH, HS);
-            for (int i = 0; i < C; i++) ref[b * C + i] = (float)refd[i];
-        }
+        reference_decode(ref, q, kc, vc, B, len, maxT, NH, HS);
         CHECK_CLOSE(o, ref, (size_t)B * C, 1e-5, "attention_decode B=%d len=%d maxT=%d NH=%d HS=%d", B, len, maxT, NH, HS);
         CHECK(memcmp(o, o2, B * C * sizeof(float)) == 0, "attention_decode_dev equals attention_decode (len %d)", len);
-        free(q); free(kc); free(vc); free(o); free(o2); free(ref); free(refd); free(scratch);
+        free(q); free(kc); free(vc); free(o); free(o2); free(ref); free(scratch);
     }
 }
 
@@ -206,16 +180,6 @@ static void test_argmax(unsigned long long *rng) {
 // ----------------------------------------------------------------------------------------
 // the model: cached decoding against the whole sequence recomputed
 
-static GPT2Config tiny_config(void) {   // vocabulary 61 padded to 64, maxT 24
-    GPT2Config c = {.max_seq_len = 24, .vocab_size = 61, .padded_vocab_size = 64,
-                    .num_layers = 2, .num_heads = 2, .channels = 16};
-    return c;
-}
-
-static void random_tokens(int *t, int n, int V, unsigned long long *rng) {
-    for (int i = 0; i < n; i++) t[i] = (int)((test_randf(rng) * 0.5f + 0.5f) * V) % V;
-}
-
 // logits (B, V) of the last position of the sequences seq (B, T), by the full forward pass
 static void full_logits(GPT2 *m, const int *seq, int B, int T, float *logits) {
     gpt2_forward(m, seq, NULL, B, T);
@@ -232,14 +196,8 @@ static void cached_logits(const KVCache *cache, float *out) {
 
 static void test_cached_decoding(unsigned long long *rng) {
     GPT2 m;
-    gpt2_init_random(&m, tiny_config(), 11);
-    // larger biases and layernorm parameters, so that every path carries signal
-    size_t np = m.num_parameters;
-    float *p = malloc(np * sizeof(float));
-    floatX_download(p, m.params_memory, np);
-    for (size_t i = 0; i < np; i++) p[i] += 0.1f * test_randf(rng);
-    floatX_upload(m.params_memory, p, np);
-    free(p);
+    gpt2_init_random(&m, tiny_config(24), 11);
+    perturb_parameters(&m, rng);
 
     int B = 2, T0 = 5, maxT = 20, V = m.config.vocab_size;
     int seq[2][24], flat[2 * 24];
@@ -603,15 +561,81 @@ static void test_infer_errors(void) {
     CHECK(rc == 0 && strstr(out, "--top-p") && strstr(out, "-i "), "--help");
 }
 
+// infer_gpt2 where its input or output is not what it should be: each an error with a message,
+// a non-zero exit, and no file left half-written
+static void test_infer_io(void) {
+    // stdout on a full disk: text streamed token by token, ids, a batch
+    const char *full = "stdout: write error: No space left on device";
+    expect_error(full, "text to a full stdout", INFER " -p hello -n 5 --no-stop > /dev/full", INFER_ARGS);
+    expect_error(full, "ids to a full stdout", INFER " -p hello -n 5 --ids > /dev/full", INFER_ARGS);
+    expect_error(full, "a batch to a full stdout", INFER " -p hello -n 5 -b 2 > /dev/full", INFER_ARGS);
+    expect_error(full, "-i to a full stdout", "printf 'he\\n' | " INFER " -i -n 5 > /dev/full", INFER_ARGS);
+    // no prompt on stdin: closed, a directory, empty, only a newline
+    expect_error("stdin is closed: give the prompt with -p", "closed stdin", INFER " -n 5 <&-", INFER_ARGS);
+    expect_error("stdin is closed", "closed stdin with -i", INFER " -i -n 5 <&-", INFER_ARGS);
+    expect_error("stdin is a directory", "a directory as stdin", INFER " -n 5 < %s", INFER_ARGS, dir);
+    expect_error("stdin is a directory", "a directory as stdin with -i", INFER " -i -n 5 < %s", INFER_ARGS, dir);
+    expect_error("stdin held no prompt (it is empty)", "empty stdin", INFER " -n 5 < /dev/null", INFER_ARGS);
+    expect_error("stdin held no prompt (only a newline)", "a newline on stdin", "printf '\\n' | " INFER " -n 5",
+                 INFER_ARGS);
+    // unconditional generation, asked for: -p '' starts from <|endoftext|>
+    char a[sizeof(out)];
+    run(INFER " --prompt-ids 259 -n 6 --ids --no-stop --temperature 0", INFER_ARGS);
+    memcpy(a, out, sizeof(out));
+    int rc = run(INFER " -p '' -n 6 --ids --no-stop --temperature 0", INFER_ARGS);
+    CHECK(rc == 0 && strcmp(a, out) == 0 && strstr(err, "prompt 1 tokens"),
+          "-p '' generates from <|endoftext|> (exit %d):\n%s%s", rc, out, err);
+    // a NUL byte in the prompt is byte 0's token, as any byte: he|NUL|ll = 256, 0, 257
+    run(INFER " --prompt-ids 256,0,257 -n 6 --ids --no-stop --temperature 0", INFER_ARGS);
+    memcpy(a, out, sizeof(out));
+    rc = run("printf 'he\\000ll' | " INFER " -n 6 --ids --no-stop --temperature 0", INFER_ARGS);
+    CHECK(rc == 0 && strcmp(a, out) == 0 && strstr(err, "prompt 3 tokens"),
+          "a NUL in the prompt from stdin is encoded, not the end of it (exit %d):\n%s\nvs\n%s%s", rc, out, a, err);
+    rc = run("printf 'he\\000ll\\n' | " INFER " -i -n 6 --ids --no-stop --temperature 0", INFER_ARGS);
+    CHECK(rc == 0 && strcmp(a, out) == 0, "a NUL in a line of -i is encoded (exit %d):\n%s%s", rc, out, err);
+    // --logits: a device, a directory, a full disk; the file appears only when complete
+    char logits[512];
+    path_in(logits, sizeof(logits), "lg.bin");
+    rc = run(INFER " -p hello -n 3 --logits %s && cp %s %s.keep", INFER_ARGS, logits, logits, logits);
+    CHECK(rc == 0, "--logits writes its file (exit %d): %s", rc, err);
+    expect_error("/dev/full is not a regular file", "--logits to a device", INFER " -p hello -n 5 --logits /dev/full",
+                 INFER_ARGS);
+    expect_error("is a directory", "--logits to a directory", INFER " -p hello -n 5 --logits %s", INFER_ARGS, dir);
+    expect_error("lg.bin is left as it was", "--logits on a full disk (a file size limit here)",
+                 "trap '' XFSZ; ulimit -f 8; " INFER " -p hello -n 60 --no-stop --ids --logits %s", INFER_ARGS, logits);
+    run("cmp %s %s.keep && ls %s | grep -c 'lg.bin.tmp'", logits, logits, dir);
+    CHECK(strcmp(out, "0\n") == 0, "a failed --logits leaves the earlier file intact and no temporary file (%s)", out);
+}
+
+// every loader given a directory says so (fopen_or_die, file_size_or_die): the checkpoint, the
+// tokenizer file, encoder.json, vocab.bpe; and the data loader's token files, through train_gpt2
+static void test_loader_directories(void) {
+    run("mkdir -p %s/dirs/a/encoder.json %s/dirs/b/vocab.bpe %s/dirs/model.bin && cp %s/vocab/vocab.bpe %s/dirs/a && "
+        "cp %s/vocab/encoder.json %s/dirs/b", dir, dir, dir, dir, dir, dir, dir);
+    expect_error("model.bin is a directory, not a file", "a directory as the checkpoint",
+                 "%s -c %s/dirs/model.bin --tokenizer %s/tok.bin --vocab %s/vocab -p hi", infer_bin, dir, dir, dir);
+    expect_error("dirs is a directory, not a file", "a directory as the tokenizer file",
+                 "%s -c %s/model.bin --tokenizer %s/dirs --vocab %s/vocab -p hi", infer_bin, dir, dir, dir);
+    expect_error("encoder.json is a directory, not a file", "a directory as encoder.json",
+                 "%s -c %s/model.bin --tokenizer %s/tok.bin --vocab %s/dirs/a -p hi", infer_bin, dir, dir, dir);
+    expect_error("vocab.bpe is a directory, not a file", "a directory as vocab.bpe",
+                 "%s -c %s/model.bin --tokenizer %s/tok.bin --vocab %s/dirs/b -p hi", infer_bin, dir, dir, dir);
+    char train[600];
+    snprintf(train, sizeof(train), "%.*s/train_gpt2", (int)(strrchr(infer_bin, '/') - infer_bin), infer_bin);
+    expect_error("dirs is a directory, not a file", "a directory as a token file",
+                 "%s -e d1 -i %s/dirs -j %s/dirs -b 1 -t 8 -x 1", train, dir, dir);
+}
+
 // ----------------------------------------------------------------------------------------
 // import_hf: tiny GPT-2 safetensors files written here; values k/64, |k| <= 64, exact in
 // F16 and BF16, so every dtype imports without rounding
 
 typedef struct {
     char name[64];
-    const char *dtype;
-    int rows, cols;   // cols 0: one dimension
+    const char *dtype;   // F32, F16, BF16 hold data's values; any other dtype is zero bytes
+    int rows, cols;      // cols 0: one dimension
     float *data;
+    long shift;          // added to both data_offsets in the header (0: where the data really is)
 } StTensor;
 
 static uint16_t to_half(float f) {   // exact for the values used here (normal or zero)
@@ -623,19 +647,25 @@ static uint16_t to_half(float f) {   // exact for the values used here (normal o
     return (uint16_t)(sign | (e << 10) | ((u >> 13) & 0x3FF));
 }
 
+static size_t dtype_bytes(const char *dtype) {
+    if (!strcmp(dtype, "F32")) return 4;
+    if (!strcmp(dtype, "F16") || !strcmp(dtype, "BF16")) return 2;
+    return !strcmp(dtype, "I64") ? 8 : 1;   // BOOL, and the unknown dtypes of the error tests
+}
+
+// a safetensors file of the tensors t in order; pad_header follows the JSON in the header
 static void write_safetensors(const char *path, StTensor *t, int n, const char *pad_header) {
     char header[16384];
     size_t h = 0, offset = 0;
     h += snprintf(header + h, sizeof(header) - h, "{\"__metadata__\": {\"format\": \"pt\"}");
     for (int i = 0; i < n; i++) {
-        size_t elems = (size_t)t[i].rows * (t[i].cols ? t[i].cols : 1);
-        size_t bytes = elems * (strcmp(t[i].dtype, "F32") ? 2 : 4);
-        if (t[i].cols)
-            h += snprintf(header + h, sizeof(header) - h, ", \"%s\": {\"dtype\": \"%s\", \"shape\": [%d, %d], \"data_offsets\": [%zu, %zu]}",
-                          t[i].name, t[i].dtype, t[i].rows, t[i].cols, offset, offset + bytes);
-        else
-            h += snprintf(header + h, sizeof(header) - h, ", \"%s\": {\"dtype\": \"%s\", \"shape\": [%d], \"data_offsets\": [%zu, %zu]}",
-                          t[i].name, t[i].dtype, t[i].rows, offset, offset + bytes);
+        size_t bytes = (size_t)t[i].rows * (t[i].cols ? t[i].cols : 1) * dtype_bytes(t[i].dtype);
+        char shape[64];
+        if (t[i].cols) snprintf(shape, sizeof(shape), "%d, %d", t[i].rows, t[i].cols);
+        else snprintf(shape, sizeof(shape), "%d", t[i].rows);
+        h += snprintf(header + h, sizeof(header) - h, ", \"%s\": {\"dtype\": \"%s\", \"shape\": [%s], "
+                      "\"data_offsets\": [%ld, %ld]}", t[i].name, t[i].dtype, shape, (long)offset + t[i].shift,
+                      (long)(offset + bytes) + t[i].shift);
         offset += bytes;
     }
     h += snprintf(header + h, sizeof(header) - h, "}%s", pad_header ? pad_header : "");
@@ -646,15 +676,14 @@ static void write_safetensors(const char *path, StTensor *t, int n, const char *
     for (int i = 0; i < n; i++) {
         size_t elems = (size_t)t[i].rows * (t[i].cols ? t[i].cols : 1);
         for (size_t k = 0; k < elems; k++) {
-            float x = t[i].data[k];
-            if (!strcmp(t[i].dtype, "F32")) {
-                fwrite(&x, 4, 1, f);
-            } else {
-                uint32_t u;
-                memcpy(&u, &x, 4);
-                uint16_t bits = !strcmp(t[i].dtype, "F16") ? to_half(x) : (uint16_t)(u >> 16);
-                fwrite(&bits, 2, 1, f);
-            }
+            float x = t[i].data ? t[i].data[k] : 0.0f;
+            uint32_t u;
+            memcpy(&u, &x, 4);
+            uint16_t bits = !strcmp(t[i].dtype, "F16") ? to_half(x) : (uint16_t)(u >> 16);
+            uint8_t zeros[8] = {0};
+            if (!strcmp(t[i].dtype, "F32")) fwrite(&x, 4, 1, f);
+            else if (dtype_bytes(t[i].dtype) == 2) fwrite(&bits, 2, 1, f);
+            else fwrite(zeros, dtype_bytes(t[i].dtype), 1, f);
         }
     }
     fclose(f);
@@ -759,6 +788,81 @@ static float *read_checkpoint(const char *path, int version, size_t count) {
     return x;
 }
 
+// import_hf on files that are not what they should be: each refused with a message, before
+// anything is written (the caller checks that the earlier output is intact)
+static void test_import_defects(StTensor *t, int n, const char *st, const char *ckpt) {
+    char bad[512];
+    path_in(bad, sizeof(bad), "hf/bad.safetensors");
+#define IMPORT_FAILS(message, what) expect_error(message, what, "%s --n-head 2 %s %s", import_bin, bad, ckpt)
+    // wte (0, C): an empty vocabulary, which no program could load
+    int rows = t[0].rows;
+    t[0].rows = 0;
+    write_safetensors(bad, t, n, NULL);
+    t[0].rows = rows;
+    IMPORT_FAILS("V must be at least 1", "V = 0");
+    // a name twice, exactly or once with the "transformer." prefix
+    t[n] = t[n - 1];
+    write_safetensors(bad, t, n + 1, NULL);
+    IMPORT_FAILS("tensor ln_f.bias is named twice", "a duplicate name");
+    snprintf(t[n].name, sizeof(t[n].name), "transformer.ln_f.bias");
+    write_safetensors(bad, t, n + 1, NULL);
+    IMPORT_FAILS("ln_f.bias and transformer.ln_f.bias are the same tensor", "a duplicate name, with and without the prefix");
+    // a tensor no GPT-2 has, or a block past a gap in the numbering: it would be dropped
+    snprintf(t[n].name, sizeof(t[n].name), "h.3.ln_1.weight");
+    write_safetensors(bad, t, n + 1, NULL);
+    IMPORT_FAILS("tensor h.3.ln_1.weight is not part of a GPT-2 model with 2 blocks", "a block after a gap");
+    // the header: garbage after the JSON, a JSON error, a dtype the format does not have
+    write_safetensors(bad, t, n, "  x");
+    IMPORT_FAILS("only padding spaces may follow", "garbage after the JSON header");
+    write_safetensors(bad, t, n, "\n");
+    IMPORT_FAILS("byte 0x0A after the header's JSON object", "a newline after the JSON header");
+    const char *dtype = t[5].dtype;
+    t[5].dtype = "F99";
+    write_safetensors(bad, t, n, NULL);
+    t[5].dtype = dtype;
+    IMPORT_FAILS("tensor h.0.attn.c_attn.bias: unknown dtype \"F99\"", "an unknown dtype");
+    // data_offsets: overlapping, a gap, bytes that do not match the shape
+    t[6].shift = -4;
+    write_safetensors(bad, t, n, NULL);
+    IMPORT_FAILS("overlap in the data", "overlapping offsets");
+    for (int i = 6; i < n; i++) t[i].shift = 4;
+    write_safetensors(bad, t, n, NULL);
+    run("printf 'abcd' >> %s", bad);   // so that the last tensor ends where the data does
+    IMPORT_FAILS("belong to no tensor", "a gap in the data");
+    for (int i = 6; i < n; i++) t[i].shift = 0;
+    t[n - 1].shift = 2;   // the last tensor: 2 bytes short in the header, 2 bytes past the data
+    write_safetensors(bad, t, n, NULL);
+    t[n - 1].shift = 0;
+    IMPORT_FAILS("run past the", "offsets past the data");
+    run("printf 'abc' >> %s", st);   // a good file with bytes after its data
+    expect_error("3 bytes after the last tensor's data belong to no tensor", "bytes after the data",
+                 "%s --n-head 2 %s %s", import_bin, st, ckpt);
+    write_safetensors(st, t, n, NULL);
+    // config.json beside the file
+    run("printf '{\"n_head\": 4294967298}' > %s/hf/config.json", dir);
+    expect_error("n_head: 4294967298 is out of range [1, 2147483647]", "n_head overflowing 32 bits",
+                 "%s %s %s", import_bin, st, ckpt);
+    run("printf '{\"n_head\": 2, \"n_embd\": 32}' > %s/hf/config.json", dir);
+    expect_error("n_embd is 32, but the weights have C = 16", "config.json disagreeing with the weights",
+                 "%s %s %s", import_bin, st, ckpt);
+    run("printf '{\"n_head\": 2,}' > %s/hf/config.json", dir);
+    expect_error("config.json: at byte 13 of the JSON: expected a key", "config.json that is not JSON",
+                 "%s %s %s", import_bin, st, ckpt);
+    run("rm %s/hf/config.json && mkdir %s/hf/config.json", dir, dir);
+    expect_error("config.json is a directory", "config.json a directory", "%s %s %s", import_bin, st, ckpt);
+    run("rmdir %s/hf/config.json", dir);
+    // files that are not files, or not safetensors
+    run(": > %s", bad);
+    IMPORT_FAILS("shorter than the 8-byte header length", "an empty file");
+    expect_error("hf is a directory", "a directory as the input", "%s --n-head 2 %s/hf %s", import_bin, dir, ckpt);
+    expect_error("hf is a directory", "a directory as the output", "%s --n-head 2 %s %s/hf", import_bin, st, dir);
+    expect_error("/dev/full is not a regular file", "a device as the output", "%s --n-head 2 %s /dev/full", import_bin, st);
+    // a full disk (a file size limit here): the write fails, the earlier output stays
+    expect_error("write error", "a full disk",
+                 "trap '' XFSZ; ulimit -f 16; %s --n-head 2 %s %s", import_bin, st, ckpt);
+#undef IMPORT_FAILS
+}
+
 static void test_import(unsigned long long *rng) {
     StTensor t[64];
     const char *prefixes[2] = {"transformer.", ""};
@@ -768,8 +872,7 @@ static void test_import(unsigned long long *rng) {
     run("mkdir -p %s/hf", dir);
     for (int k = 0; k < 2; k++) {
         int n = hf_tensors(t, prefixes[k], rng);
-        float zeros[4] = {0};   // a tensor of another dtype, which the checkpoint does not need
-        t[n] = (StTensor){.dtype = "BOOL", .rows = 4, .data = zeros};
+        t[n] = (StTensor){.dtype = "BOOL", .rows = 4};   // a mask, which the checkpoint does not need
         snprintf(t[n].name, sizeof(t[n].name), "%sh.0.attn.bias", prefixes[k]);
         write_safetensors(st, t, n + 1, k ? "    " : NULL);   // the header may end in spaces
         size_t count;
@@ -834,10 +937,11 @@ static void test_import(unsigned long long *rng) {
     write_safetensors(st, t, n, NULL);
     run("head -c $(( $(stat -c %%s %s) - 100 )) %s > %s/hf/cut.safetensors && printf '\\377\\377\\377\\377\\377\\0\\0\\0' > %s/hf/huge.safetensors",
         st, st, dir, dir);
-    expect_error("outside the", "truncated data", "%s --n-head 2 %s/hf/cut.safetensors %s", import_bin, dir, ckpt);
+    expect_error("(truncated?)", "truncated data", "%s --n-head 2 %s/hf/cut.safetensors %s", import_bin, dir, ckpt);
     expect_error("runs past the end of the file", "header length too large", "%s --n-head 2 %s/hf/huge.safetensors %s",
                  import_bin, dir, ckpt);
     expect_error("cannot open", "missing input", "%s %s/hf/none.safetensors %s", import_bin, dir, ckpt);
+    test_import_defects(t, n, st, ckpt);
     char keep[512];
     path_in(keep, sizeof(keep), "hf/keep.bin");
     run("cmp -s %s %s && ls %s/hf | grep -c tmp", keep, ckpt, dir);
@@ -883,6 +987,8 @@ int main(void) {
         test_text();
         test_stops();
         test_infer_errors();
+        test_infer_io();
+        test_loader_directories();
         gpt2_free(&m);
     }
     if (access(import_bin, X_OK) != 0)

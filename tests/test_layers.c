@@ -43,18 +43,6 @@ static float *poisoned_array(size_t n) {
     return x;
 }
 
-static double *to_double(const float *x, size_t n) {
-    double *d = malloc(n * sizeof(double));
-    for (size_t i = 0; i < n; i++) d[i] = x[i];
-    return d;
-}
-
-static float *to_float(const double *x, size_t n) {
-    float *f = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) f[i] = (float)x[i];
-    return f;
-}
-
 // a - b in double, rounded once; used to isolate what an accumulating (+=) call added
 static float *difference(const float *a, const float *b, size_t n) {
     float *d = malloc(n * sizeof(float));
@@ -193,7 +181,7 @@ static void test_encoder(void) {
     // backward accumulates into whatever the gradients already hold
     float *dout = random_array((size_t)B * T * C, 1.0f);
     float *dwte = random_array((size_t)Vp * C, 1.0f), *dwpe = random_array((size_t)maxT * C, 1.0f);
-    double *dwte_want = to_double(dwte, (size_t)Vp * C), *dwpe_want = to_double(dwpe, (size_t)maxT * C);
+    double *dwte_want = test_to_double(dwte, (size_t)Vp * C), *dwpe_want = test_to_double(dwpe, (size_t)maxT * C);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int c = 0; c < C; c++) {
@@ -203,7 +191,7 @@ static void test_encoder(void) {
     void *scratch = dev_malloc(encoder_backward_scratch_size(B, T), "encoder_backward scratch");
     encoder_backward(dwte, dwpe, scratch, dout, tokens, B, T, C);
     dev_free(scratch);
-    float *dwte_wantf = to_float(dwte_want, (size_t)Vp * C), *dwpe_wantf = to_float(dwpe_want, (size_t)maxT * C);
+    float *dwte_wantf = test_to_float(dwte_want, (size_t)Vp * C), *dwpe_wantf = test_to_float(dwpe_want, (size_t)maxT * C);
     CHECK_CLOSE(dwte, dwte_wantf, (size_t)Vp * C, 1e-6, "encoder_backward dwte +=");
     CHECK_CLOSE(dwpe, dwpe_wantf, (size_t)maxT * C, 1e-6, "encoder_backward dwpe +=");
     free(wte); free(wpe); free(out); free(want); free(dout); free(dwte); free(dwpe);
@@ -249,16 +237,16 @@ static void test_layernorm(int N, int C) {
     float *inp = random_array(NC, 2.0f), *weight = random_array(C, 1.0f);
     float *bias = random_array(C, 1.0f), *dout = random_array(NC, 1.0f);
     for (size_t i = 0; i < NC; i++) inp[i] += 0.5f;   // a mean far from zero
-    LayernormCase lc = {to_double(inp, NC), to_double(weight, C), to_double(bias, C),
-                        to_double(dout, NC), N, C};
+    LayernormCase lc = {test_to_double(inp, NC), test_to_double(weight, C), test_to_double(bias, C),
+                        test_to_double(dout, NC), N, C};
 
     float *out = poisoned_array(NC), *mean = poisoned_array(N), *rstd = poisoned_array(N);
     layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
     double *out_ref = malloc(NC * sizeof(double)), *mean_ref = malloc(N * sizeof(double));
     double *rstd_ref = malloc(N * sizeof(double));
     layernorm_reference(&lc, out_ref, mean_ref, rstd_ref);
-    float *out_reff = to_float(out_ref, NC), *mean_reff = to_float(mean_ref, N);
-    float *rstd_reff = to_float(rstd_ref, N);
+    float *out_reff = test_to_float(out_ref, NC), *mean_reff = test_to_float(mean_ref, N);
+    float *rstd_reff = test_to_float(rstd_ref, N);
     CHECK_CLOSE(out, out_reff, NC, FWD_TOL, "layernorm_forward out N=%d C=%d", N, C);
     CHECK_CLOSE(mean, mean_reff, N, FWD_TOL, "layernorm_forward mean N=%d C=%d", N, C);
     CHECK_CLOSE(rstd, rstd_reff, N, FWD_TOL, "layernorm_forward rstd N=%d C=%d", N, C);
@@ -326,14 +314,14 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     size_t NC = (size_t)N * C, OCC = (size_t)OC * C, NOC = (size_t)N * OC;
     float *inp = random_array(NC, 1.0f), *weight = random_array(OCC, 1.0f);
     float *bias = with_bias ? random_array(OC, 1.0f) : NULL, *dout = random_array(NOC, 1.0f);
-    MatmulCase mc = {to_double(inp, NC), to_double(weight, OCC),
-                     with_bias ? to_double(bias, OC) : NULL, to_double(dout, NOC), N, C, OC};
+    MatmulCase mc = {test_to_double(inp, NC), test_to_double(weight, OCC),
+                     with_bias ? test_to_double(bias, OC) : NULL, test_to_double(dout, NOC), N, C, OC};
 
     float *out = poisoned_array(NOC);
     matmul_forward(out, inp, weight, bias, N, C, OC);
     double *out_ref = malloc(NOC * sizeof(double));
     matmul_reference(&mc, out_ref);
-    float *out_reff = to_float(out_ref, NOC);
+    float *out_reff = test_to_float(out_ref, NOC);
     CHECK_CLOSE(out, out_reff, NOC, FWD_TOL, "matmul_forward N=%d C=%d OC=%d bias=%d",
                 N, C, OC, with_bias);
 
@@ -356,9 +344,9 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
                 dbias_ref[o] += d;
             }
         }
-        dinp_want = to_float(dinp_ref, NC);
-        dweight_want = to_float(dweight_ref, OCC);
-        if (with_bias) dbias_want = to_float(dbias_ref, OC);
+        dinp_want = test_to_float(dinp_ref, NC);
+        dweight_want = test_to_float(dweight_ref, OCC);
+        if (with_bias) dbias_want = test_to_float(dbias_ref, OC);
         free(dinp_ref); free(dweight_ref); free(dbias_ref);
     }
 
@@ -416,7 +404,7 @@ static double gelu_objective(const void *ctx) {
 
 static void test_gelu(size_t n) {
     float *inp = random_array(n, 5.0f), *dout = random_array(n, 1.0f);
-    GeluCase gc = {to_double(inp, n), to_double(dout, n), n};
+    GeluCase gc = {test_to_double(inp, n), test_to_double(dout, n), n};
     float *out = poisoned_array(n), *want = malloc(n * sizeof(float));
     gelu_forward(out, inp, n);
     for (size_t i = 0; i < n; i++) want[i] = (float)gelu_reference(inp[i]);
@@ -489,7 +477,7 @@ static void test_crossentropy(int N, int V, int Vp, float dloss) {
         for (int j = 0; j < V; j++) cc.logits[(size_t)i * V + j] = logits[(size_t)i * Vp + j];
     double *losses_ref = malloc(N * sizeof(double));
     crossentropy_reference(&cc, losses_ref);
-    float *losses_want = to_float(losses_ref, N);
+    float *losses_want = test_to_float(losses_ref, N);
 
     // dloss == 0: losses only, logits untouched
     float *logits_before = malloc(NVp * sizeof(float));
@@ -556,7 +544,7 @@ static void test_adamw(size_t n, int use_master) {
     const float lr = 0.01f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f, grad_scale = 0.7f;
     float *params = random_array(n, 1.0f), *m = zero_array(n), *v = zero_array(n);
     float *master = NULL;
-    double *p_ref = to_double(params, n), *m_ref = calloc(n, sizeof(double));
+    double *p_ref = test_to_double(params, n), *m_ref = calloc(n, sizeof(double));
     double *v_ref = calloc(n, sizeof(double));
     if (use_master) {
         master = malloc(n * sizeof(float));
@@ -582,8 +570,8 @@ static void test_adamw(size_t n, int use_master) {
             p_ref[i] += step_ref[i];
         }
         float *step = difference(use_master ? master : params, params_before, n);
-        float *step_reff = to_float(step_ref, n), *p_reff = to_float(p_ref, n);
-        float *m_reff = to_float(m_ref, n), *v_reff = to_float(v_ref, n);
+        float *step_reff = test_to_float(step_ref, n), *p_reff = test_to_float(p_ref, n);
+        float *m_reff = test_to_float(m_ref, n), *v_reff = test_to_float(v_ref, n);
         CHECK_CLOSE(step, step_reff, n, 1e-4, "adamw step t=%d master=%d", t, use_master);
         CHECK_CLOSE(params, p_reff, n, 1e-6, "adamw params t=%d master=%d", t, use_master);
         CHECK_CLOSE(m, m_reff, n, 1e-6, "adamw m t=%d", t);

@@ -7,22 +7,16 @@
 
 #include "../gpt2.h"
 #include "test.h"
-
-// tiny but complete: 2 layers, 2 heads, C=16, vocabulary 61 padded to 64, maxT 12
-static GPT2Config tiny_config(void) {
-    GPT2Config c = {.max_seq_len = 12, .vocab_size = 61, .padded_vocab_size = 64,
-                    .num_layers = 2, .num_heads = 2, .channels = 16};
-    return c;
-}
-
-static void random_tokens(int *out, int n, int V, unsigned long long *rng) {
-    for (int i = 0; i < n; i++) out[i] = (int)((test_randf(rng) * 0.5f + 0.5f) * V) % V;
-}
+#include "tiny_model.h"   // tiny_config(max_seq_len): maxT 12 here
 
 // Directional derivative check: for a direction d inside one parameter tensor (or across all
 // of them), (L(p + eps d) - L(p - eps d)) / 2 eps against g . d, in fp32 with eps = 1e-3.
 // Two directions per tensor: random entries in [-1, 1], and the gradient itself scaled to a
-// largest entry of 1 (a large g . d, so that a wrong scale or sign stands out).
+// largest entry of 1 (a large g . d, so that a wrong scale or sign stands out). Across all
+// tensors at once, the gradient direction alone: a random direction over every parameter is
+// sqrt(n / 3) long, so eps d is no longer a small step, while its g . d, a sum of n terms of
+// both signs, is small; the difference then measures curvature and fp32 rounding rather than
+// the gradient (it failed that way about once in a hundred seeds, e.g. TEST_SEED=1796109607).
 // Tolerance: 1e-2 relative plus an absolute 3e-4, the rounding of an fp32 loss near 4
 // (about 5e-7) over 2 eps.
 static void check_gradients(GPT2 *m, const int *in, const int *tg, int B, int T,
@@ -42,7 +36,7 @@ static void check_gradients(GPT2 *m, const int *in, const int *tg, int B, int T,
         size_t hi = t < NUM_PARAMETER_TENSORS ? offset + m->param_sizes[t] : n;
         float gmax = 0.0f;
         for (size_t i = lo; i < hi; i++) gmax = fmaxf(gmax, fabsf(g[i]));
-        for (int aligned = 0; aligned <= 1; aligned++) {
+        for (int aligned = t == NUM_PARAMETER_TENSORS; aligned <= 1; aligned++) {
             memset(d, 0, n * sizeof(float));
             double gd = 0.0;
             for (size_t i = lo; i < hi; i++) {
@@ -70,18 +64,11 @@ static void check_gradients(GPT2 *m, const int *in, const int *tg, int B, int T,
 
 static void test_gradients(unsigned long long *rng) {
     GPT2 m;
-    gpt2_init_random(&m, tiny_config(), 7);
-    // larger random layernorm and bias parameters so that every path carries gradient
-    size_t n = m.num_parameters;
-    float *p = malloc(n * sizeof(float));
-    floatX_download(p, m.params_memory, n);
-    for (size_t i = 0; i < n; i++) p[i] += 0.1f * test_randf(rng);
-    floatX_upload(m.params_memory, p, n);
-    free(p);
+    gpt2_init_random(&m, tiny_config(12), 7);
+    perturb_parameters(&m, rng);
     int B = 2, T = 7;   // T not a multiple of anything
     int in[14], tg[14];
-    random_tokens(in, B * T, 61, rng);
-    random_tokens(tg, B * T, 61, rng);
+    random_batch(in, tg, B * T, rng);
     check_gradients(&m, in, tg, B, T, rng);
     gpt2_free(&m);
 }
@@ -89,10 +76,9 @@ static void test_gradients(unsigned long long *rng) {
 // two micro-batches with loss_scale 1/2 give the gradient of the whole batch
 static void test_gradient_accumulation(unsigned long long *rng) {
     GPT2 m;
-    gpt2_init_random(&m, tiny_config(), 11);
+    gpt2_init_random(&m, tiny_config(12), 11);
     int B = 2, T = 9, in[18], tg[18];
-    random_tokens(in, B * T, 61, rng);
-    random_tokens(tg, B * T, 61, rng);
+    random_batch(in, tg, B * T, rng);
     size_t n = m.num_parameters;
     float *whole = malloc(n * sizeof(float)), *parts = malloc(n * sizeof(float));
     gpt2_zero_grad(&m);
@@ -109,9 +95,9 @@ static void test_gradient_accumulation(unsigned long long *rng) {
 
 static void test_init_deterministic(void) {
     GPT2 a, b, c;
-    gpt2_init_random(&a, tiny_config(), 42);
-    gpt2_init_random(&b, tiny_config(), 42);
-    gpt2_init_random(&c, tiny_config(), 43);
+    gpt2_init_random(&a, tiny_config(12), 42);
+    gpt2_init_random(&b, tiny_config(12), 42);
+    gpt2_init_random(&c, tiny_config(12), 43);
     size_t n = a.num_parameters;
     CHECK(memcmp(a.params_memory, b.params_memory, n * sizeof(float)) == 0, "same seed, same init");
     CHECK(memcmp(a.params_memory, c.params_memory, n * sizeof(float)) != 0, "other seed, other init");
@@ -132,10 +118,12 @@ static void test_init_deterministic(void) {
 // AdamW on one fixed batch must drive the loss from ~ln(61) = 4.1 to below 0.05
 static void test_overfit_one_batch(unsigned long long *rng) {
     GPT2 m;
-    gpt2_init_random(&m, tiny_config(), 3);
+    gpt2_init_random(&m, tiny_config(12), 3);
     int B = 2, T = 12, in[24], tg[24];
-    random_tokens(in, B * T, 61, rng);
-    random_tokens(tg, B * T, 61, rng);
+    random_batch(in, tg, B * T, rng);
+    // two sequences that start with the same token have the same context at t = 0: with two
+    // different targets there, no model gets below 2 ln 2 / 24 = 0.058 (once in 61 seeds)
+    if (in[T] == in[0]) in[T] = (in[0] + 1) % tiny_config(1).vocab_size;
     float first = 0.0f, loss = 0.0f;
     for (int step = 1; step <= 300; step++) {
         gpt2_zero_grad(&m);
@@ -150,7 +138,7 @@ static void test_overfit_one_batch(unsigned long long *rng) {
 
 static void test_checkpoint_round_trip(unsigned long long *rng) {
     GPT2 a, b;
-    gpt2_init_random(&a, tiny_config(), 5);
+    gpt2_init_random(&a, tiny_config(12), 5);
     char path[] = "/tmp/test_model_ckpt_XXXXXX";
     int fd = mkstemp(path);
     close(fd);
@@ -161,8 +149,7 @@ static void test_checkpoint_round_trip(unsigned long long *rng) {
     CHECK(b.num_parameters == n && memcmp(a.params_memory, b.params_memory, n * sizeof(float)) == 0,
           "v3 checkpoint round trip is bit exact");
     int in[10], tg[10];
-    random_tokens(in, 10, 61, rng);
-    random_tokens(tg, 10, 61, rng);
+    random_batch(in, tg, 10, rng);
     float la = gpt2_forward(&a, in, tg, 2, 5), lb = gpt2_forward(&b, in, tg, 2, 5);
     CHECK(la == lb, "same loss after reload (%.6f vs %.6f)", la, lb);
     gpt2_free(&b);
@@ -267,7 +254,7 @@ static void test_config_names(void) {
 static size_t round_256(size_t n) { return (n + 255) / 256 * 256; }
 
 static void test_recompute(unsigned long long *rng) {
-    GPT2Config c = tiny_config();
+    GPT2Config c = tiny_config(12);
     enum { B = 2, T = 7, N = B * T, STEPS = 3, MICRO = 2 };
     int in[STEPS][MICRO][N], tg[STEPS][MICRO][N];
     random_tokens(&in[0][0][0], STEPS * MICRO * N, 61, rng);

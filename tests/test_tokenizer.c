@@ -393,6 +393,24 @@ static void test_fatal_errors(void) {
     rc = run_in_child(save_tokenizer, "/nonexistent/dir/tok.bin", msg, sizeof(msg));
     CHECK(rc == 1 && strstr(msg, "/nonexistent/dir/tok.bin"), "unwritable folder: exit 1 naming the file (%d: %s)",
           rc, msg);
+    // files that are not files: a directory, a device (file_size_or_die, atomic_open)
+    rc = run_in_child(load_tokenizer, tmp_dir, msg, sizeof(msg));
+    CHECK(rc == 1 && strstr(msg, tmp_dir) && strstr(msg, "is a directory, not a file"),
+          "a directory as the tokenizer file: exit 1 saying so (%d: %s)", rc, msg);
+    rc = run_in_child(load_tokenizer, "/dev/null", msg, sizeof(msg));
+    CHECK(rc == 1 && strstr(msg, "/dev/null is not a regular file"), "a device as the tokenizer file (%d: %s)", rc, msg);
+    snprintf(file, sizeof(file), "%s/encoder.json", path);
+    rc = run_in_child(save_tokenizer, path, msg, sizeof(msg));
+    CHECK(rc == 1 && strstr(msg, "corrupt is a directory"), "a tokenizer file saved over a directory (%d: %s)", rc, msg);
+    rc = run_in_child(save_tokenizer, "/dev/full", msg, sizeof(msg));
+    CHECK(rc == 1 && strstr(msg, "/dev/full is not a regular file"),
+          "a tokenizer file saved over a device is refused, not renamed over it (%d: %s)", rc, msg);
+    remove(file);
+    mkdir(file, 0755);
+    rc = run_in_child(load_vocab, path, msg, sizeof(msg));
+    CHECK(rc == 1 && strstr(msg, "encoder.json is a directory, not a file"), "a directory as encoder.json (%d: %s)",
+          rc, msg);
+    rmdir(file);
 }
 
 // ---- GPT-2: hand-checked encodings ---------------------------------------------------------------
@@ -446,6 +464,9 @@ static const Case gpt2_cases[] = {
     // U+180E is not White_Space (PCRE2's plain \s says it is; GPT-2's regex says no): " \u180e" is
     // one punctuation piece, so " \xe1" merges
     {"U+180E is not whitespace", "a \xe1\xa0\x8e" "b", "a| \xe1|\xa0|\x8e|b", {64, 28053, 254, 236, 65}, 5},
+    // U+1E4D0 NAG MUNDARI LETTER O, new in Unicode 15: a letter, so "'s" is a piece of its own
+    // (to PCRE2 with Unicode 14 tables it is unassigned, and "\xf0\x9e\x93\x90'" one piece)
+    {"a Unicode 15 letter", "\xf0\x9e\x93\x90's", "\xf0|\x9e|\x93|\x90|'s", {172, 252, 241, 238, 338}, 5},
     {"no-break space", "a\xc2\xa0" "b", "a|\xc2\xa0|b", {64, 1849, 65}, 3},
     {"ideographic space", "x\xe3\x80\x80y", "x|\xe3\x80|\x80|y", {87, 5099, 222, 88}, 4},
     // (its tokens contain the bar that separates tokens here, so they are not spelled out)
@@ -465,7 +486,18 @@ static int split_tokens(const char *spec, char out[][32], int cap) {
     return n;
 }
 
+// The pre-tokenizer's letters and numbers are tiktoken's only when PCRE2's Unicode tables are the
+// same version (see data/bpe.h); tests/test_tiktoken.py compares every code point.
+static void test_unicode_version(void) {
+    char version[32];
+    bpe_unicode_version(version, sizeof(version));
+    CHECK(strcmp(version, BPE_UNICODE_VERSION) == 0,
+          "the linked PCRE2 has Unicode %s tables, tiktoken's are %s: link the PCRE2 that "
+          "scripts/build_pcre2.sh builds (the Makefile's default)", version, BPE_UNICODE_VERSION);
+}
+
 static void test_gpt2_cases(const BPE *bpe, BPEScratch *s) {
+    CHECK(bpe->regex_jit, "PCRE2 JIT-compiled GPT-2's pattern");
     for (size_t c = 0; c < sizeof(gpt2_cases) / sizeof(gpt2_cases[0]); c++) {
         const Case *k = &gpt2_cases[c];
         TokenList out = {0};
@@ -651,6 +683,85 @@ static int files_equal(const char *a, const char *b) {
     return same;
 }
 
+// tokenize and prepare_data where input or output is not what it should be, with the synthetic
+// vocabulary on disk (no GPT-2 files needed): a message, a non-zero exit, no file half-written
+static void test_program_io(const char *build) {
+    char prog[600], tool[600], vocab[600], cmd[4096], out[8192], path[700];
+    snprintf(prog, sizeof(prog), "%s/prepare_data", build);
+    snprintf(tool, sizeof(tool), "%s/tokenize", build);
+    snprintf(vocab, sizeof(vocab), "%s/toy", tmp_dir);
+    mkdir(vocab, 0755);
+    char merges[4096], json[16384];
+    toy_vocab(merges, json);
+    snprintf(path, sizeof(path), "%s/vocab.bpe", vocab);
+    write_file(path, merges, strlen(merges));
+    snprintf(path, sizeof(path), "%s/encoder.json", vocab);
+    write_file(path, json, strlen(json));
+    struct { const char *args, *message, *what; } cases[] = {
+        {"encode hi > /dev/full", "stdout: write error: No space left on device", "encode to a full stdout"},
+        {"tokens hi > /dev/full", "stdout: write error", "tokens to a full stdout"},
+        {"decode 104 105 > /dev/full", "stdout: write error", "decode to a full stdout"},
+        {"encode <&-", "stdin is closed: give the text or ids as arguments, or --input FILE", "encode, stdin closed"},
+        {"decode <&-", "stdin is closed", "decode, stdin closed"},
+        {"encode < /", "stdin is a directory", "encode, a directory as stdin"},
+        {"decode < /", "stdin is a directory", "decode, a directory as stdin"},
+        {"--input / encode", "/ is a directory, not a file", "--input a directory"},
+        {"decode-file /", "/ is a directory, not a file", "decode-file of a directory"},
+        {"decode-file /dev/null", "/dev/null is not a regular file", "decode-file of a device"},
+        {"--tokenizer / decode 1", "/ is a directory, not a file", "--tokenizer a directory"},
+        {"export-tokenizer /dev/full", "/dev/full is not a regular file", "export-tokenizer over a device"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "(%s --vocab %s %s)", tool, vocab, cases[i].args);
+        int rc = run_command(cmd, out, sizeof(out));
+        CHECK(rc == 1 && strstr(out, cases[i].message), "tokenize %s: exit 1 with '%s' (%d: %s)", cases[i].what,
+              cases[i].message, rc, out);
+    }
+    // prepare_data: an empty input, a full stdout (the files are complete then), a full disk
+    char text[700], leftovers[256];
+    snprintf(text, sizeof(text), "%s/empty.txt", tmp_dir);
+    write_file(text, "", 0);
+    snprintf(cmd, sizeof(cmd), "(%s --quiet --vocab %s %s %s/io; ls %s | grep -c '^io_')", prog, vocab, text, tmp_dir,
+             tmp_dir);
+    run_command(cmd, out, sizeof(out));
+    CHECK(strstr(out, "empty.txt is empty: there is no text to tokenize") && strstr(out, "\n0\n"),
+          "prepare_data refuses an empty input and writes nothing (%s)", out);
+    snprintf(text, sizeof(text), "%s/small.txt", tmp_dir);
+    write_file(text, "abc aaa bc\n", 11);
+    snprintf(path, sizeof(path), "%s/io2_train.bin", tmp_dir);
+    mkdir(path, 0755);
+    snprintf(cmd, sizeof(cmd), "(%s --quiet --vocab %s %s %s/io2; ls %s | grep -c '^io2_val')", prog, vocab, text,
+             tmp_dir, tmp_dir);
+    run_command(cmd, out, sizeof(out));
+    CHECK(strstr(out, "io2_train.bin is a directory, not a file") && strstr(out, "\n0\n"),
+          "prepare_data refuses an output that is a directory and leaves no val file, temporary or not (%s)", out);
+    rmdir(path);
+    snprintf(cmd, sizeof(cmd), "(%s --quiet --val-tokens 2 --vocab %s %s %s/io > /dev/full)", prog, vocab, text, tmp_dir);
+    int rc = run_command(cmd, out, sizeof(out));
+    snprintf(path, sizeof(path), "%s/io_train.bin", tmp_dir);
+    size_t n = 0;
+    uint16_t *tokens = rc == 1 ? token_file_load(path, &n) : NULL;
+    CHECK(rc == 1 && strstr(out, "stdout: write error") && n > 0,
+          "prepare_data with stdout on a full disk: exit 1, the token files complete (%d, %zu tokens: %s)", rc, n, out);
+    free(tokens);
+    snprintf(cmd, sizeof(cmd), "(%s --quiet --vocab %s %s/io_train.bin %s/io3)", prog, vocab, tmp_dir, tmp_dir);
+    rc = run_command(cmd, out, sizeof(out));
+    CHECK(rc == 1 && strstr(out, "io_train.bin is an llm.c token file (magic 20240520), not text"),
+          "prepare_data refuses a token file as its text (%d: %s)", rc, out);
+    snprintf(cmd, sizeof(cmd), "cp %s %s.keep; (trap '' XFSZ; ulimit -f 1; %s --quiet --val-tokens 2 --vocab %s %s %s/io)",
+             path, path, prog, vocab, text, tmp_dir);
+    ByteBuf big = {0};
+    for (int k = 0; k < 4000; k++) bytebuf_append(&big, "abc aaa bc\n", 11);
+    write_file(text, big.data, big.len);
+    bytebuf_free(&big);
+    rc = run_command(cmd, out, sizeof(out));
+    snprintf(cmd, sizeof(cmd), "cmp %s %s.keep && ls %s | grep -c 'tmp'", path, path, tmp_dir);
+    run_command(cmd, leftovers, sizeof(leftovers));
+    CHECK(rc == 1 && strstr(out, "write error") && strcmp(leftovers, "0\n") == 0,
+          "prepare_data on a full disk: exit 1, the earlier files intact, no temporary file (%d: %s; %s)", rc, out,
+          leftovers);
+}
+
 static void test_programs(const char *build, const char *vocab_dir, const char *input) {
     char cmd[4096], out[8192], prog[600], tool[600];
     snprintf(prog, sizeof(prog), "%s/prepare_data", build);
@@ -737,12 +848,12 @@ static void test_programs(const char *build, const char *vocab_dir, const char *
     CHECK(rc != 0 && strstr(out, "no-such-input.txt") && !file_exists(a),
           "prepare_data with a missing input fails naming it and writes nothing (%s)", out);
     snprintf(cmd, sizeof(cmd), "%s --quiet --vocab %s %s %s/never", prog, vocab_dir, tmp_dir, tmp_dir);
-    rc = run_command(cmd, out, sizeof(out));   // a folder as the input: fails while reading
+    rc = run_command(cmd, out, sizeof(out));   // a folder as the input
     char leftovers[256];
     snprintf(cmd, sizeof(cmd), "ls %s | grep -c 'never' ", tmp_dir);
     run_command(cmd, leftovers, sizeof(leftovers));
-    CHECK(rc != 0 && strstr(out, "read error") && strcmp(leftovers, "0\n") == 0,
-          "prepare_data failing mid-run leaves no files, temporary ones included (%s; %s left)", out, leftovers);
+    CHECK(rc != 0 && strstr(out, "is a directory, not a file") && strcmp(leftovers, "0\n") == 0,
+          "prepare_data with a folder as the input fails saying so and leaves no files (%s; %s left)", out, leftovers);
     snprintf(cmd, sizeof(cmd), "%s --quiet --vocab %s/none %s/docs.txt %s/never", prog, tmp_dir, tmp_dir, tmp_dir);
     rc = run_command(cmd, out, sizeof(out));
     CHECK(rc != 0 && strstr(out, "none/vocab.bpe") && !file_exists(a),
@@ -765,9 +876,13 @@ static void test_programs(const char *build, const char *vocab_dir, const char *
 int main(void) {
     rng = test_seed();
     if (!mkdtemp(tmp_dir)) die("mkdtemp: %s", strerror(errno));
+    test_unicode_version();
     test_tokenizer_file();
     test_synthetic_vocab();
     test_fatal_errors();
+    const char *build = getenv("BUILD");
+    if (build) test_program_io(build);
+    else SKIP("BUILD is not set: the programs' input and output not tested (run through make test)");
 
     char vocab_buf[600], input_buf[600];
     const char *vocab_file = find_data("gpt2/vocab.bpe", vocab_buf, sizeof(vocab_buf));

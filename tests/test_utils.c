@@ -59,6 +59,35 @@ static void test_atomic_write(void) {
     atomic_commit(&af);
     CHECK(read_all(path, buf, sizeof(buf)) == 13 && strcmp(buf, "new contents!") == 0,
           "a second committed write replaces the file: '%s'", buf);
+
+    // a writer that dies (die(), so exit(1)) mid-write takes its temporary file along
+    pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        AtomicFile child;
+        atomic_open(&child, path);
+        atomic_write(&child, "half", 4);
+        die("stop here");
+    }
+    waitpid(pid, &status, 0);
+    char died[300];
+    snprintf(died, sizeof(died), "%s.tmp.%d", path, (int)pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && access(died, F_OK) != 0,
+          "die() mid-write removes the temporary file");
+
+    // what a kill -9 left (the killed writer's above, and one more): removed when its process is
+    // gone, kept while it lives
+    pid = fork();
+    if (pid == 0) _exit(0);
+    waitpid(pid, &status, 0);   // pid: a process that no longer exists
+    char stale[300], live[300];
+    snprintf(stale, sizeof(stale), "%s/model.bin.tmp.%d", dir, (int)pid);
+    snprintf(live, sizeof(live), "%s/model.bin.tmp.%d", dir, (int)getppid());
+    fclose(fopen(stale, "wb"));
+    fclose(fopen(live, "wb"));
+    int removed = atomic_remove_stale(dir);
+    CHECK(removed == 2 && access(stale, F_OK) != 0 && access(live, F_OK) == 0,
+          "atomic_remove_stale removes dead processes' temporary files alone (%d)", removed);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "clean up");
@@ -95,8 +124,37 @@ static void test_parsing(void) {
     CHECK(strcmp(buf, "1.5 KiB") == 0, "format_bytes: '%s'", buf);
 }
 
+// what parse_flags accepts (its refusals exit; tests/test_flags.c and test_cli.c run those)
+static void test_flag_table(void) {
+    int n = 0, on = 0;
+    long big = 0;
+    float x = 0.0f;
+    uint64_t seed = 0;
+    const char *name = NULL;
+    Flag flags[] = {INT_FLAG("-n", &n, 1, 10), SWITCH_FLAG("--on", &on), LONG_FLAG("-d", &big, -1, 1L << 40),
+                    FLOAT_FLAG("-x", &x, 0.0, 1.0), U64_FLAG("--seed", &seed, 0, 1L << 62),
+                    TEXT_FLAG("--name", &name)};
+    char *argv[] = {"prog", "in", "-n", "7", "--on", "-d", "-1", "-", "-x", "0.5", "--seed", "99",
+                    "--name", "-p", "--", "-n", NULL};
+    char *pos[4];
+    int count = parse_flags(16, argv, flags, 6, "prog", NULL, pos, 4);
+    CHECK(n == 7 && on == 1 && big == -1 && x == 0.5f && seed == 99 && name && !strcmp(name, "-p"),
+          "every kind of flag read (a value may start with '-')");
+    CHECK(count == 3 && !strcmp(pos[0], "in") && !strcmp(pos[1], "-") && !strcmp(pos[2], "-n"),
+          "positional arguments in order: '-' is one, and all after '--'");
+    CHECK(flags[0].given && flags[1].given && !flag_named(flags, 6, "-q") && flag_named(flags, 6, "-x") == &flags[3],
+          "given set, flags found by name");
+    char *argv2[] = {"prog", "--on", "encode", "--on", "x", NULL};
+    on = 0;
+    flags[1].given = 0;
+    count = parse_flags(5, argv2, flags, 6, "prog", NULL, pos, FLAGS_THEN_REST);
+    CHECK(on == 1 && count == 3 && !strcmp(pos[0], "encode") && !strcmp(pos[1], "--on"),
+          "FLAGS_THEN_REST: the flags end at the first positional argument");
+}
+
 int main(void) {
     test_atomic_write();
     test_parsing();
+    test_flag_table();
     return test_summary();
 }

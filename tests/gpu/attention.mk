@@ -1,27 +1,22 @@
 # GPU test of the attention backends (included by the Makefile; CUDA builds only).
 #   make BACKEND=cuda gpu-tests      (or the binary: build/cuda-flash/tests/gpu/test_attention_gpu)
 #   build/cuda-flash/tests/gpu/test_attention_gpu [--quick | --max-t N]
-# Both CUDA backends are linked into one program: each attention/*.cu is compiled a second
-# time with its symbols renamed by prefix (naive_attention_forward, flash_attention_forward, ...),
-# as the CPU test does with attention/*.c.
+# Every CUDA backend is linked into one program, its symbols prefixed by its name
+# (naive_attention_forward, flash_attention_forward, ...: prefix_symbols in the Makefile), as
+# the CPU test does with attention/*.c.
 #
-# FLASH_FLAGS adds compile flags to attention/flash.cu, e.g. to compare tile shapes in a
-# separate build folder:
+# FLASH_FLAGS adds compile flags to attention/flash.cu and flash_sm90.cu, e.g. to compare tile
+# shapes or the Hopper forward's ping-pong (-DFLASH_SM90_PINGPONG=0) in a separate build folder:
 #   make BACKEND=cuda BUILD=build/flash-r16 FLASH_FLAGS=-DFLASH_FWD_WARP_ROWS=16 build/flash-r16/bench/attention
 ifeq ($(BACKEND),cuda)
 
 FLASH_FLAGS ?=
 $(BUILD)/attention/flash.cu.o: NVCCFLAGS += $(FLASH_FLAGS)
-$(BUILD)/attention/flash.cu.renamed.o: NVCCFLAGS += $(FLASH_FLAGS)
+$(BUILD)/attention/flash_sm90.cu.o: NVCCFLAGS += $(FLASH_FLAGS)
 
-$(BUILD)/attention/%.cu.renamed.o: attention/%.cu
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(call rename,$*) -c $< -o $@
-
-# what a GPU test or benchmark links besides its own object: both renamed attention backends,
+# what a GPU test or benchmark links besides its own object: the prefixed attention backends,
 # the CUDA layers (device set-up: cuda_stream, backend_init, error reporting) and utils
-ATTENTION_GPU_OBJ = $(BUILD)/attention/naive.cu.renamed.o $(BUILD)/attention/flash.cu.renamed.o \
-                    $(call obj,utils.c $(wildcard layers/*.cu))
+ATTENTION_GPU_OBJ = $(ATTENTION_BACKENDS_OBJ) $(call obj,utils.c $(wildcard layers/*.cu))
 
 .PHONY: gpu-tests
 gpu-tests: $(BUILD)/tests/gpu/test_attention_gpu

@@ -6,17 +6,14 @@
 # Both skip cleanly where there is no GPU. test_infer_gpu is one of gpu-tests (make cuda-build,
 # scripts/gpu_check.sh runs every program in build/cuda-*/tests/gpu/).
 
-# the CPU attention_decode, compiled a second time as plain C (floatX = float) with its symbols
-# renamed cpu_*: the GPU kernel's reference beside the double-precision one
-INFER_CPU_REF_SYMS = attention_decode attention_decode_dev attention_decode_scratch_size kv_cache_store
-INFER_CPU_REF_OBJ = $(BUILD)/cpuref-infer/layers/decode_attention.o
-$(INFER_CPU_REF_OBJ): layers/decode_attention.c
-	@mkdir -p $(dir $@)
-	$(CC) $(filter-out -DBACKEND_CUDA,$(CFLAGS)) $(foreach s,$(INFER_CPU_REF_SYMS),-D$(s)=cpu_$(s)) -c $< -o $@
+# the CPU attention_decode (as plain C, floatX = float) beside the double-precision reference:
+# the CPU reference object of the Makefile (CPU_REF_OBJ), declared by tests/gpu/cpu_reference.h
+$(call obj,tests/gpu/test_infer_gpu.c): CFLAGS += -I$(dir $(CPU_REF_NAMES))
+$(call obj,tests/gpu/test_infer_gpu.c): $(CPU_REF_NAMES)
 
 .PHONY: test-infer-gpu
 gpu-tests: $(BUILD)/tests/gpu/test_infer_gpu
-$(BUILD)/tests/gpu/test_infer_gpu: $(call obj,tests/gpu/test_infer_gpu.c) $(INFER_CPU_REF_OBJ) $(CORE_OBJ)
+$(BUILD)/tests/gpu/test_infer_gpu: $(call obj,tests/gpu/test_infer_gpu.c) $(CPU_REF_OBJ) $(CORE_OBJ)
 	@mkdir -p $(dir $@)
 	$(LINK) $^ -o $@ $(LDLIBS)
 

@@ -1,6 +1,6 @@
 // test_attention_gpu.cu: both CUDA attention backends (naive and flash, linked together with
-// their symbols renamed by prefix, see tests/gpu/attention.mk) against a float64 reference
-// computed here on the host: output, logsumexp (flash), dq, dk, dv.
+// their symbols prefixed by their names, see prefix_symbols in the Makefile) against a float64
+// reference computed here on the host: output, logsumexp (flash), dq, dk, dv.
 //
 // Every run draws fresh random inputs (seed printed; TEST_SEED=<seed> replays it), poisons
 // every output, the saved buffer and the scratch with NaN (0xFF bytes) before each call, and
@@ -8,7 +8,12 @@
 // outputs, fp32 inside); naive <= 2.5e-2, because the three-kernel baseline writes S and P to
 // memory in bf16, so its error grows with the range of the logits (up to 1.6e-2 at amplitude
 // 4, seen on an H200 on 2026-11-29). Sequence lengths are not multiples of the
-// tiles (1, 7, 63, 65, 1000, 4097) as well as multiples (64, 1024), at head sizes 64 and 128.
+// tiles (1, 7, 63, 65, 127, 129, 1000, 4097) as well as multiples (64, 128, 1024), at head
+// sizes 64 and 128. On a Hopper device flash's forward is the sm_90a kernel (flash_sm90.cu);
+// FLASH_SM90=0 in the environment tests the mma.sync forward there instead.
+//
+// Long sequences (T = 16,384 and 65,536), flash's forward only: the float64 reference is
+// computed for sampled query rows alone (the tile edges, the last rows, random ones).
 //
 // Determinism: flash's forward (out, logsumexp) and its dk, dv are bitwise reproducible and
 // checked to be; its dq is summed with fp32 atomics in an order that varies, so two runs may
@@ -303,6 +308,94 @@ static void run_case(const Case *cs, unsigned long long *rng) {
     free(got_out), free(got_dqkv), free(got_part), free(got_lse);
 }
 
+// ---- long sequences: flash's forward on sampled rows ------------------------------------------
+
+static int rand_below(unsigned long long *rng, int n) {   // uniform in 0..n-1 (n < 2^24)
+    const int r = (int)((test_randf(rng) + 1.0f) * 0.5f * (float)n);
+    return r < n ? r : n - 1;
+}
+
+static void run_long_case(const Case *cs, unsigned long long *rng) {
+    const int B = cs->B, T = cs->T, NH = cs->NH, HS = cs->HS, C = NH * HS;
+    const size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    printf("long case B=%d T=%d NH=%d HS=%d amplitude %.0f (flash forward, sampled rows)\n", B, T,
+           NH, HS, cs->amplitude);
+    float *qkv = (float *)malloc(n_qkv * sizeof(float));
+    test_fill(qkv, n_qkv, cs->amplitude, rng);
+    for (size_t i = 0; i < n_qkv; i++) qkv[i] = bf16_to_float(float_to_bf16(qkv[i]));
+    floatX *d_qkv = upload_bf16(qkv, n_qkv);
+    const AttentionBackend *be = &attention_backends[FLASH];
+    const size_t saved_bytes = be->saved_size(B, T, NH, HS);
+    floatX *d_out = (floatX *)device_alloc(n_out * sizeof(floatX));
+    void *d_saved = device_alloc(saved_bytes);
+    poison(d_out, n_out * sizeof(floatX));
+    poison(d_saved, saved_bytes);
+    be->forward(d_out, d_saved, NULL, d_qkv, B, T, NH, HS);
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+    CUDA_CHECK(cudaGetLastError());
+    float *got_out = (float *)malloc(n_out * sizeof(float));
+    float *got_lse = (float *)malloc((size_t)B * NH * T * sizeof(float));
+    download_bf16(got_out, d_out, n_out);
+    CUDA_CHECK(cudaMemcpy(got_lse, d_saved, saved_bytes, cudaMemcpyDeviceToHost));
+
+    // rows: both sides of the first tile edges, the last rows, then random (b, h, row)
+    enum { ROWS = 48 };
+    int rows[ROWS][3];
+    const int fixed[] = {0, 1, 63, 64, 127, 128, 129, T / 2, T - 129, T - 128, T - 2, T - 1};
+    const int n_fixed = (int)(sizeof(fixed) / sizeof(fixed[0]));
+    for (int r = 0; r < ROWS; r++) {
+        rows[r][0] = rand_below(rng, B);
+        rows[r][1] = rand_below(rng, NH);
+        rows[r][2] = r < n_fixed ? fixed[r] : rand_below(rng, T);
+    }
+    double *ref_out = (double *)malloc((size_t)ROWS * HS * sizeof(double));
+    double *ref_lse = (double *)malloc(ROWS * sizeof(double));
+    float *sel_out = (float *)malloc((size_t)ROWS * HS * sizeof(float));
+    float *sel_lse = (float *)malloc(ROWS * sizeof(float));
+    const double scale = 1.0 / sqrt((double)HS);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int r = 0; r < ROWS; r++) {
+        const int b = rows[r][0], h = rows[r][1], i = rows[r][2];
+        const float *q = qkv + ((size_t)(b * T + i) * 3) * C + h * HS;
+        double *s = (double *)malloc((size_t)(i + 1) * sizeof(double));
+        double m = -INFINITY;
+        for (int j = 0; j <= i; j++) {
+            const float *k = qkv + ((size_t)(b * T + j) * 3 + 1) * C + h * HS;
+            double dot = 0.0;
+            for (int c = 0; c < HS; c++) dot += (double)q[c] * k[c];
+            s[j] = dot * scale;
+            if (s[j] > m) m = s[j];
+        }
+        double l = 0.0;
+        for (int j = 0; j <= i; j++) l += exp(s[j] - m);
+        ref_lse[r] = m + log(l);
+        double *o = ref_out + (size_t)r * HS;
+        for (int c = 0; c < HS; c++) o[c] = 0.0;
+        for (int j = 0; j <= i; j++) {
+            const double p = exp(s[j] - ref_lse[r]);
+            const float *v = qkv + ((size_t)(b * T + j) * 3 + 2) * C + h * HS;
+            for (int c = 0; c < HS; c++) o[c] += p * v[c];
+        }
+        free(s);
+        memcpy(sel_out + (size_t)r * HS, got_out + ((size_t)(b * T + i) * NH + h) * HS,
+               HS * sizeof(float));
+        sel_lse[r] = got_lse[((size_t)b * NH + h) * T + i];
+    }
+    check_close(sel_out, ref_out, (size_t)ROWS * HS, 1e-2, "out", be->name, B, T, NH, HS);
+    check_close(sel_lse, ref_lse, ROWS, 1e-4, "lse", be->name, B, T, NH, HS);
+    // every row written: no poison (NaN) left anywhere in out or logsumexp
+    size_t unwritten = 0;
+    for (size_t i = 0; i < n_out; i++) unwritten += !isfinite(got_out[i]);
+    for (size_t i = 0; i < (size_t)B * NH * T; i++) unwritten += !isfinite(got_lse[i]);
+    CHECK(unwritten == 0, "flash forward T=%d: %zu values of out/logsumexp not finite", T, unwritten);
+
+    CUDA_CHECK(cudaFree(d_qkv));
+    CUDA_CHECK(cudaFree(d_out));
+    CUDA_CHECK(cudaFree(d_saved));
+    free(qkv), free(got_out), free(got_lse), free(ref_out), free(ref_lse), free(sel_out),
+        free(sel_lse);
+}
+
 int main(int argc, char **argv) {
     long max_t = 1L << 30;
     for (int i = 1; i < argc; i++) {
@@ -330,17 +423,25 @@ int main(int argc, char **argv) {
     printf("%s\n", desc);
     unsigned long long rng = test_seed();
 
-    // T: not multiples of any tile (1, 7, 63, 65, 1000, 4097) and multiples (64, 1024);
-    // amplitude 4 gives logits of std ~5, peaked rows that exercise the online rescaling
+    // T: not multiples of any tile (1, 7, 63, 65, 127, 129, 1000, 4097) and multiples (64, 128,
+    // 1024); amplitude 4 gives logits of std ~5, peaked rows that exercise the online rescaling
     const Case cases[] = {
-        {1, 1, 1, 64, 2},    {2, 7, 3, 64, 2},    {1, 63, 2, 64, 2},  {2, 64, 2, 64, 2},
-        {1, 65, 3, 64, 4},   {2, 1000, 2, 64, 2}, {1, 1024, 2, 64, 4}, {1, 4097, 2, 64, 2},
-        {1, 1, 2, 128, 2},   {2, 7, 2, 128, 2},   {1, 63, 1, 128, 2}, {2, 64, 2, 128, 4},
-        {1, 65, 2, 128, 2},  {1, 1000, 2, 128, 4}, {2, 1024, 1, 128, 2}, {1, 4097, 2, 128, 2},
+        {1, 1, 1, 64, 2},    {2, 7, 3, 64, 2},    {1, 63, 2, 64, 2},   {2, 64, 2, 64, 2},
+        {1, 65, 3, 64, 4},   {1, 127, 2, 64, 2},  {2, 128, 2, 64, 4},  {1, 129, 3, 64, 2},
+        {2, 1000, 2, 64, 2}, {1, 1024, 2, 64, 4}, {1, 4097, 2, 64, 2},
+        {1, 1, 2, 128, 2},   {2, 7, 2, 128, 2},   {1, 63, 1, 128, 2},  {2, 64, 2, 128, 4},
+        {1, 65, 2, 128, 2},  {1, 127, 2, 128, 4}, {1, 128, 2, 128, 2}, {2, 129, 1, 128, 2},
+        {1, 1000, 2, 128, 4}, {2, 1024, 1, 128, 2}, {1, 4097, 2, 128, 2},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (cases[i].T > max_t) continue;
         run_case(&cases[i], &rng);
+    }
+    const Case long_cases[] = {{1, 16384, 3, 64, 2}, {2, 16384, 2, 128, 4}, {1, 65536, 2, 64, 2},
+                               {1, 65536, 1, 128, 2}};
+    for (size_t i = 0; i < sizeof(long_cases) / sizeof(long_cases[0]); i++) {
+        if (long_cases[i].T > max_t) continue;
+        run_long_case(&long_cases[i], &rng);
     }
     return test_summary();
 }

@@ -13,11 +13,9 @@
 #include <string.h>
 
 #include "../../gpt2.h"
+#include "../decode_reference.h"
 #include "../test.h"
-
-// the CPU implementation (layers/decode_attention.c, floatX = float), renamed by tests/gpu/infer.mk
-void cpu_attention_decode(float *out, void *scratch, const float *q, const float *kcache,
-                          const float *vcache, int B, int len, int maxT, int NH, int HS);
+#include "cpu_reference.h"   // cpu_attention_decode (fp32)
 
 // ----------------------------------------------------------------------------------------
 // attention_decode
@@ -35,32 +33,6 @@ static void poison(floatX *d, size_t n) {   // bf16 0xFFFF is a NaN
     memset(p, 0xFF, n * sizeof(uint16_t));
     dev_upload(d, p, n * sizeof(uint16_t));
     free(p);
-}
-
-// out (B, NH, HS) in fp32 from double sums
-static void reference_decode(float *out, const float *q, const float *kc, const float *vc,
-                             int B, int len, int maxT, int NH, int HS) {
-    int C = NH * HS;
-    double *scores = malloc(len * sizeof(double));
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            double max = -INFINITY, sum = 0.0;
-            for (int s = 0; s < len; s++) {
-                double dot = 0.0;
-                for (int i = 0; i < HS; i++)
-                    dot += (double)q[b * C + h * HS + i] * kc[((size_t)b * maxT + s) * C + h * HS + i];
-                scores[s] = dot / sqrt((double)HS);
-                if (scores[s] > max) max = scores[s];
-            }
-            for (int s = 0; s < len; s++) sum += (scores[s] = exp(scores[s] - max));
-            for (int i = 0; i < HS; i++) {
-                double acc = 0.0;
-                for (int s = 0; s < len; s++) acc += scores[s] * vc[((size_t)b * maxT + s) * C + h * HS + i];
-                out[b * C + h * HS + i] = (float)(acc / sum);
-            }
-        }
-    }
-    free(scores);
 }
 
 static void test_attention_decode(unsigned long long *rng) {

@@ -1,6 +1,6 @@
 // test_layers_gpu.cu: every CUDA layer (layers/*.cu) and the CUDA naive attention
 // (attention/naive.cu) against the CPU implementations (layers/*.c, attention/naive.c), which
-// are linked into this program with their symbols renamed cpu_* (tests/gpu/layers.mk).
+// are linked into this program with their symbols prefixed cpu_ (tests/gpu/cpu_reference.h).
 //
 // Inputs are drawn in fp32 from a fresh seed and rounded to bf16 before either side sees them,
 // so both compute from identical values; the CPU (fp32) is the reference. Tolerances, as
@@ -23,6 +23,7 @@
 #include "../../attention/attention.h"
 #include "../../layers/cuda_common.cuh"
 #include "../test.h"
+#include "cpu_reference.h"   // cpu_encoder_forward, ... (fp32)
 
 #include <string.h>
 #include <sys/wait.h>
@@ -30,40 +31,6 @@
 
 #define BF16_TOL 1e-2
 #define FP32_TOL 1e-5
-
-// the CPU implementations, fp32 (floatX = float there), renamed by tests/gpu/layers.mk
-extern "C" {
-void cpu_encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe,
-                         int B, int T, int C);
-void cpu_encoder_backward(float *dwte, float *dwpe, void *scratch, const float *dout,
-                          const int *tokens, int B, int T, int C);
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, int N, int C);
-void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, void *scratch,
-                            const float *dout, const float *inp, const float *weight,
-                            const float *mean, const float *rstd, int N, int C);
-void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                        int N, int C, int OC);
-void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, void *scratch,
-                         const float *dout, const float *inp, const float *weight, int N, int C,
-                         int OC);
-void cpu_gelu_forward(float *out, const float *inp, size_t n);
-void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
-void cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
-void cpu_crossentropy_forward_backward(float *logits, float *losses, const int *targets, int N,
-                                       int V, int Vp, float dloss);
-void cpu_grad_sumsq(float *out, const float *grads, size_t n);
-void cpu_adamw_update(float *params, float *master, const float *grads, float *m, float *v,
-                      size_t n, float lr, float beta1, float beta2, float eps,
-                      float weight_decay, float grad_scale, int t);
-extern const char *const cpu_attention_name;
-size_t cpu_attention_saved_size(int B, int T, int NH, int HS);
-size_t cpu_attention_scratch_size(int B, int T, int NH, int HS);
-void cpu_attention_forward(float *out, void *saved, void *scratch, const float *qkv, int B,
-                           int T, int NH, int HS);
-void cpu_attention_backward(float *dqkv, void *scratch, const float *dout, const float *qkv,
-                            const float *out, const void *saved, int B, int T, int NH, int HS);
-}
 
 static unsigned long long rng;
 
@@ -91,9 +58,11 @@ static float *host_copy(const float *src, size_t n) {
     memcpy(x, src, n * sizeof(float));
     return x;
 }
-static floatX *dev_bf16(const float *host, size_t n) {
-    floatX *d = (floatX *)dev_malloc(n * sizeof(floatX), "test tensor");
-    floatX_upload(d, host, n);
+// a device bf16 copy of host (n; host NULL: left unwritten), starting misalign elements into
+// its allocation (for the kernels' unaligned paths); free it with dev_free(d - misalign)
+static floatX *dev_bf16(const float *host, size_t n, int misalign = 0) {
+    floatX *d = (floatX *)dev_malloc((n + misalign) * sizeof(floatX), "test tensor") + misalign;
+    if (host) floatX_upload(d, host, n);
     return d;
 }
 static float *dev_f32(const float *host, size_t n) {
@@ -456,12 +425,8 @@ static void test_gelu_case(size_t n, int misalign) {
     float *out = host_alloc(n), *dinp = host_alloc(n);
     cpu_gelu_forward(out, inp, n);
     cpu_gelu_backward(dinp, inp, dout, n);
-    const size_t bytes = (n + 1) * sizeof(floatX);
-    floatX *d_inp = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX *d_out = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX *d_dout = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX_upload(d_inp, inp, n);
-    floatX_upload(d_dout, dout, n);
+    floatX *d_inp = dev_bf16(inp, n, misalign), *d_out = dev_bf16(NULL, n, misalign);
+    floatX *d_dout = dev_bf16(dout, n, misalign);
     poison(d_out, n * sizeof(floatX));
     gelu_forward(d_out, d_inp, n);
     float *got = get_bf16(d_out, n);
@@ -488,12 +453,8 @@ static void test_residual_case(size_t n, int misalign) {
     printf("  residual n=%zu%s\n", n, misalign ? " (misaligned by one element)" : "");
     float *a = host_random(n, 1.0f), *b = host_random(n, 1.0f), *out = host_alloc(n);
     cpu_residual_forward(out, a, b, n);
-    const size_t bytes = (n + 1) * sizeof(floatX);
-    floatX *d_a = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX *d_b = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX *d_out = (floatX *)dev_malloc(bytes, "test") + misalign;
-    floatX_upload(d_a, a, n);
-    floatX_upload(d_b, b, n);
+    floatX *d_a = dev_bf16(a, n, misalign), *d_b = dev_bf16(b, n, misalign);
+    floatX *d_out = dev_bf16(NULL, n, misalign);
     poison(d_out, n * sizeof(floatX));
     residual_forward(d_out, d_a, d_b, n);
     float *got = get_bf16(d_out, n);
