@@ -34,13 +34,18 @@ int gpt2_config_from_name(GPT2Config *config, const char *name, int max_seq_len)
 #define ARENA_ALIGN 256   // every tensor starts on a 256-byte boundary (vector loads, cuBLASLt)
 static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
 
-char *arena_alloc(size_t *offsets, const size_t *bytes, int n, const char *what) {
+// sets offsets[i] and returns the arena's size
+static size_t arena_layout(size_t *offsets, const size_t *bytes, int n) {
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         offsets[i] = total;
         total += align_up(bytes[i]);
     }
-    return dev_malloc(total, what);
+    return total;
+}
+
+char *arena_alloc(size_t *offsets, const size_t *bytes, int n, const char *what) {
+    return dev_malloc(arena_layout(offsets, bytes, n), what);
 }
 
 double arena_print(const char *const *names, const size_t *bytes, int n) {
@@ -283,8 +288,19 @@ void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
 // ----------------------------------------------------------------------------------------
 // the activation table (gpt2.h: GPT2_ACTIVATIONS)
 
-static const char *const activation_names[NUM_ACTIVATION_TENSORS] = {GPT2_ACTIVATIONS(NAME, NAME)};
+#define RECOMPUTE_LEVEL(name, type, elements, level) level,
+#define NEVER(...) RECOMPUTE_LEVELS,
+static const char *const activation_names[NUM_ACTIVATION_TENSORS] = {GPT2_ACTIVATIONS(NAME, NAME, NAME)};
+// the level from which backward recomputes a tensor (RECOMPUTE_LEVELS: never)
+static const int recompute_levels[NUM_ACTIVATION_TENSORS] = {
+    GPT2_ACTIVATIONS(NEVER, NEVER, RECOMPUTE_LEVEL)};
 #undef NAME
+#undef RECOMPUTE_LEVEL
+#undef NEVER
+
+// whether the model's forward keeps one buffer of tensor act (ACT_*) for all layers, which
+// backward therefore recomputes for each layer before using it
+static int recomputed(const GPT2 *model, int act) { return model->recompute >= recompute_levels[act]; }
 
 // bias gradients in backward come from the matmuls of OC = 3C, C and 4C
 static size_t matmul_scratch_bytes(int N, int C) {
@@ -300,45 +316,88 @@ static size_t matmul_scratch_bytes(int N, int C) {
     int NH = (c).num_heads, HS = (c).channels / (c).num_heads;                                \
     (void)Vp, (void)NH, (void)HS
 
-static void activation_sizes(size_t bytes[NUM_ACTIVATION_TENSORS], GPT2Config c, int B, int T) {
+static void activation_sizes(size_t bytes[NUM_ACTIVATION_TENSORS], GPT2Config c, int B, int T,
+                             int recompute) {
     ACTIVATION_SHAPES(c, B, T);
     size_t L = c.num_layers;
 #define ONE(name, type, elements) bytes[ACT_##name] = (elements) * sizeof(type);
 #define LAYER(name, type, elements) bytes[ACT_##name] = L * (elements) * sizeof(type);
-    GPT2_ACTIVATIONS(ONE, LAYER)
+#define RECOMPUTED(name, type, elements, level)                                               \
+    bytes[ACT_##name] = (recompute >= (level) ? 1 : L) * (elements) * sizeof(type);
+    GPT2_ACTIVATIONS(ONE, LAYER, RECOMPUTED)
 #undef ONE
 #undef LAYER
+#undef RECOMPUTED
 }
 
-LayerActs gpt2_layer_acts(const ActivationTensors *a, GPT2Config c, int B, int T, int l) {
-    ACTIVATION_SHAPES(c, B, T);
+size_t gpt2_activation_bytes(GPT2Config c, int B, int T, int recompute) {
+    size_t bytes[NUM_ACTIVATION_TENSORS], offsets[NUM_ACTIVATION_TENSORS];
+    activation_sizes(bytes, c, B, T, recompute);
+    return arena_layout(offsets, bytes, NUM_ACTIVATION_TENSORS);
+}
+
+LayerActs gpt2_layer_acts(const GPT2 *model, int l) {
+    int B = model->last_B, T = model->last_T;
+    ACTIVATION_SHAPES(model->config, B, T);
+    const ActivationTensors *a = &model->acts;
+    int recompute = model->recompute;
     LayerActs v;
 #define LAYER(name, type, elements) v.name = a->name + (size_t)l * (elements);
-    GPT2_ACTIVATIONS(GPT2_NOTHING, LAYER)
+#define RECOMPUTED(name, type, elements, level)                                               \
+    v.name = a->name + (size_t)(recompute >= (level) ? 0 : l) * (elements);
+    GPT2_ACTIVATIONS(GPT2_NOTHING, LAYER, RECOMPUTED)
 #undef LAYER
+#undef RECOMPUTED
     return v;
+}
+
+void gpt2_set_recompute(GPT2 *model, int level) {
+    if (level < RECOMPUTE_NONE || level >= RECOMPUTE_LEVELS)
+        die("recompute level %d: the levels are 0 (none), 1 (GELU) and 2 (GELU and layernorm)", level);
+    if (model->acts_memory && level != model->recompute)
+        die("internal error: the recompute level changed after the activations were allocated");
+    model->recompute = level;
+}
+
+int gpt2_allocate_activations(GPT2 *model, int B, int T) {
+    if (T > model->config.max_seq_len)
+        die("sequence length %d is longer than the model's max_seq_len %d", T,
+            model->config.max_seq_len);
+    if (model->acts_memory && B <= model->act_B && T <= model->act_T) return 0;
+    int act_B = B > model->act_B ? B : model->act_B, act_T = T > model->act_T ? T : model->act_T;
+    // the old arena goes first, so that the new one may take its place
+    if (model->acts_memory) dev_free(model->acts_memory);
+    model->acts_memory = NULL;
+    size_t bytes[NUM_ACTIVATION_TENSORS], offsets[NUM_ACTIVATION_TENSORS];
+    activation_sizes(bytes, model->config, act_B, act_T, model->recompute);
+    char *base = dev_try_malloc(arena_layout(offsets, bytes, NUM_ACTIVATION_TENSORS));
+    if (!base) return -1;
+    model->acts_memory = base;
+    model->act_B = act_B;
+    model->act_T = act_T;
+    memcpy(model->act_bytes, bytes, sizeof(bytes));
+    ActivationTensors *a = &model->acts;
+#define POINT(name, type, ...) a->name = (type *)(base + offsets[ACT_##name]);
+    GPT2_ACTIVATIONS(POINT, POINT, POINT)
+#undef POINT
+    free(model->host_losses);
+    model->host_losses = malloc((size_t)act_B * act_T * sizeof(float));
+    if (!model->host_losses) die("out of host memory for the losses");
+    return 0;
 }
 
 // makes sure the activation arena holds a forward pass of (B, T); grows it when needed
 static void ensure_activations(GPT2 *model, int B, int T) {
-    if (T > model->config.max_seq_len)
-        die("sequence length %d is longer than the model's max_seq_len %d", T,
-            model->config.max_seq_len);
-    if (model->acts_memory && B <= model->act_B && T <= model->act_T) return;
-    if (model->acts_memory) dev_free(model->acts_memory);
-    free(model->host_losses);
-    model->act_B = B > model->act_B ? B : model->act_B;
-    model->act_T = T > model->act_T ? T : model->act_T;
-    activation_sizes(model->act_bytes, model->config, model->act_B, model->act_T);
-    size_t offsets[NUM_ACTIVATION_TENSORS];
-    char *base = arena_alloc(offsets, model->act_bytes, NUM_ACTIVATION_TENSORS, "activations");
-    model->acts_memory = base;
-    ActivationTensors *a = &model->acts;
-#define POINT(name, type, ...) a->name = (type *)(base + offsets[ACT_##name]);
-    GPT2_ACTIVATIONS(POINT, POINT)
-#undef POINT
-    model->host_losses = malloc((size_t)model->act_B * model->act_T * sizeof(float));
-    if (!model->host_losses) die("out of host memory for the losses");
+    if (gpt2_allocate_activations(model, B, T) == 0) return;
+    if (model->act_B > B) B = model->act_B;   // the arena holds the largest pass seen
+    if (model->act_T > T) T = model->act_T;
+    char need[32], free_bytes[32];
+    format_bytes(need, sizeof(need),
+                 (double)gpt2_activation_bytes(model->config, B, T, model->recompute));
+    format_bytes(free_bytes, sizeof(free_bytes), (double)device_memory_free());
+    die("out of %s memory: the activations of a pass of B=%d T=%d at recompute level %d need %s, "
+        "and %s is free; a smaller batch or a higher recompute level needs less",
+        backend_name(), B, T, model->recompute, need, free_bytes);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -366,8 +425,8 @@ static float forward(GPT2 *model, const int *inputs, const int *targets, int B, 
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         LayerParams w = gpt2_layer_params(&p, C, l);
-        LayerActs x = gpt2_layer_acts(&a, c, B, T, l);
-        floatX *residual = l == 0 ? a.encoded : gpt2_layer_acts(&a, c, B, T, l - 1).residual3;
+        LayerActs x = gpt2_layer_acts(model, l);
+        floatX *residual = l == 0 ? a.encoded : gpt2_layer_acts(model, l - 1).residual3;
         // attention block: residual2 = residual + attproj(attention(qkv(ln1(residual))))
         layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
         matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
@@ -381,7 +440,7 @@ static float forward(GPT2 *model, const int *inputs, const int *targets, int B, 
         matmul_forward(a.scratch_c, x.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
         residual_forward(x.residual3, x.residual2, a.scratch_c, (size_t)N * C);
     }
-    floatX *last = gpt2_layer_acts(&a, c, B, T, L - 1).residual3;
+    floatX *last = gpt2_layer_acts(model, L - 1).residual3;
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, N, C);
     matmul_forward(a.logits, a.lnf, p.wte, NULL, N, C, Vp);   // tied LM head
     if (!targets) return -1.0f;
@@ -402,6 +461,11 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
 // backward: the forward pass in reverse. The residual stream's gradient lives in dresidual
 // (a residual add passes it through unchanged; each layernorm_backward adds its branch's
 // part); each block's other activation gradients go through the shared scratch buffers.
+// With recomputation (gpt2.h: RECOMPUTED rows), a tensor the later layers' forward overwrote
+// is made again just before its use, by the forward's own call on the same kept inputs: the
+// same bits, so the gradients are bit-identical to keeping it. A layernorm is recomputed in
+// full (its mean and rstd are written again, with the bits they had), not from the saved
+// statistics: a second normalising kernel could round differently, the same one cannot.
 
 static void backward(GPT2 *model) {
     GPT2Config c = model->config;
@@ -413,18 +477,21 @@ static void backward(GPT2 *model) {
     // a.logits holds dlogits (written by the forward's cross-entropy)
     matmul_backward(a.scratch_c, g.wte, NULL, a.matmul_scratch, a.logits, a.lnf, p.wte, N, C, Vp);
     dev_memset_zero(a.dresidual, (size_t)N * C * sizeof(floatX));
-    floatX *last = gpt2_layer_acts(&a, c, B, T, L - 1).residual3;
+    floatX *last = gpt2_layer_acts(model, L - 1).residual3;
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.layernorm_scratch, a.scratch_c, last, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, N, C);
     for (int l = L - 1; l >= 0; l--) {
         LayerParams w = gpt2_layer_params(&p, C, l), dw = gpt2_layer_params(&g, C, l);
-        LayerActs x = gpt2_layer_acts(&a, c, B, T, l);
-        floatX *residual = l == 0 ? a.encoded : gpt2_layer_acts(&a, c, B, T, l - 1).residual3;
+        LayerActs x = gpt2_layer_acts(model, l);
+        floatX *residual = l == 0 ? a.encoded : gpt2_layer_acts(model, l - 1).residual3;
         void *mm = a.matmul_scratch, *ln = a.layernorm_scratch;
         // MLP block
+        if (recomputed(model, ACT_fch_gelu)) gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
         matmul_backward(a.scratch_4c, dw.fcprojw, dw.fcprojb, mm, a.dresidual, x.fch_gelu,
                         w.fcprojw, N, 4 * C, C);
         gelu_backward(a.scratch_4c, x.fch, a.scratch_4c, (size_t)N * 4 * C);
+        if (recomputed(model, ACT_ln2))
+            layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
         matmul_backward(a.scratch_c, dw.fcw, dw.fcb, mm, a.scratch_4c, x.ln2, w.fcw, N, C, 4 * C);
         layernorm_backward(a.dresidual, dw.ln2w, dw.ln2b, ln, a.scratch_c, x.residual2, w.ln2w,
                            x.ln2_mean, x.ln2_rstd, N, C);
@@ -433,6 +500,8 @@ static void backward(GPT2 *model) {
                         w.attprojw, N, C, C);
         attention_backward(a.scratch_3c, a.att_scratch, a.scratch_c, x.qkv, x.atty, x.att_saved,
                            B, T, NH, HS);
+        if (recomputed(model, ACT_ln1))
+            layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
         matmul_backward(a.scratch_c, dw.qkvw, dw.qkvb, mm, a.scratch_3c, x.ln1, w.qkvw, N, C, 3 * C);
         layernorm_backward(a.dresidual, dw.ln1w, dw.ln1b, ln, a.scratch_c, residual, w.ln1w,
                            x.ln1_mean, x.ln1_rstd, N, C);
@@ -611,10 +680,16 @@ void gpt2_print_memory(const GPT2 *model) {
         printf("  backend workspace (cuBLAS, cuBLASLt): %s\n", buf);
     }
     if (!model->acts_memory) return;
-    printf("  activations at B=%d T=%d (attention: %s):\n", model->act_B, model->act_T, attention_name);
+    printf("  activations at B=%d T=%d (attention: %s, recompute level %d):\n", model->act_B,
+           model->act_T, attention_name, model->recompute);
     double total = arena_print(activation_names, model->act_bytes, NUM_ACTIVATION_TENSORS);
     format_bytes(buf, sizeof(buf), total);
-    printf("  activations total: %s\n", buf);
+    printf("  activations total: %s (recompute level", buf);
+    for (int level = RECOMPUTE_NONE; level < RECOMPUTE_LEVELS; level++) {
+        format_bytes(buf, sizeof(buf),
+                     (double)gpt2_activation_bytes(model->config, model->act_B, model->act_T, level));
+        printf(" %d: %s%s", level, buf, level + 1 < RECOMPUTE_LEVELS ? "," : ")\n");
+    }
 }
 
 void gpt2_free(GPT2 *model) {

@@ -45,7 +45,8 @@ static inline const char *gpt2_config_problem(GPT2Config c) {
 // fields, the sizes, the pointers into the arena, the checkpoint order and the memory report
 // are all expanded from these lists (gpt2.c). A row of a layer (L, ...) is LAYER(...), one
 // tensor for all layers, whose layer l is a view (gpt2_layer_params, gpt2_layer_acts); any
-// other is ONE(...). Shapes are in element counts of the local names of the expanding function.
+// other is ONE(...); an activation that recomputation may share between layers is
+// RECOMPUTED(...). Shapes are in element counts of the local names of the expanding function.
 
 // Parameters, in llm.c's checkpoint order (model files stay byte-compatible with llm.c), one
 // contiguous arena: X(name, elements [per layer], decay, init). decay: AdamW weight decay,
@@ -73,39 +74,42 @@ static inline const char *gpt2_config_problem(GPT2Config c) {
 // Activations of one forward pass at batch B and length T (N = B*T), kept for backward, one
 // arena with every tensor on a 256-byte boundary: X(name, type, elements [per layer]).
 // Sized for the largest (B, T) seen; smaller batches reuse the same memory. char rows are
-// bytes whose layout belongs to the layer that uses them.
-#define GPT2_ACTIVATIONS(ONE, LAYER)                                                        \
-    ONE(encoded, floatX, N * C)        /* (N, C) token + position embedding */               \
-    LAYER(ln1, floatX, N * C)          /* (L, N, C) */                                       \
-    LAYER(ln1_mean, float, N)          /* (L, N) */                                          \
-    LAYER(ln1_rstd, float, N)          /* (L, N) */                                          \
-    LAYER(qkv, floatX, N * 3 * C)      /* (L, N, 3C) */                                      \
-    LAYER(atty, floatX, N * C)         /* (L, N, C) attention output */                      \
-    LAYER(att_saved, char, attention_saved_size(B, T, NH, HS)) /* naive: P; flash: logsumexp */ \
-    LAYER(residual2, floatX, N * C)    /* (L, N, C) */                                       \
-    LAYER(ln2, floatX, N * C)          /* (L, N, C) */                                       \
-    LAYER(ln2_mean, float, N)          /* (L, N) */                                          \
-    LAYER(ln2_rstd, float, N)          /* (L, N) */                                          \
-    LAYER(fch, floatX, N * 4 * C)      /* (L, N, 4C) */                                      \
-    LAYER(fch_gelu, floatX, N * 4 * C) /* (L, N, 4C) */                                      \
-    LAYER(residual3, floatX, N * C)    /* (L, N, C) */                                       \
-    ONE(lnf, floatX, N * C)            /* (N, C) */                                          \
-    ONE(lnf_mean, float, N)            /* (N) */                                             \
-    ONE(lnf_rstd, float, N)            /* (N) */                                             \
-    ONE(logits, floatX, N * Vp)        /* (N, Vp) overwritten by dlogits in training */      \
-    ONE(losses, float, N)              /* (N) */                                             \
-    ONE(inputs, int, N)                /* (N) */                                             \
-    ONE(targets, int, N)               /* (N) */                                             \
-    /* shared by all layers, one layer at a time: the projections' outputs in forward       \
-       (before the residual add) and the activation gradients in backward */                \
-    ONE(scratch_c, floatX, N * C)      /* (N, C) */                                          \
-    ONE(scratch_3c, floatX, N * 3 * C) /* (N, 3C) */                                         \
-    ONE(scratch_4c, floatX, N * 4 * C) /* (N, 4C) */                                         \
-    ONE(dresidual, floatX, N * C)      /* (N, C) gradient of the residual stream */          \
-    /* the layers' temporary space (layers.h, attention.h: *_scratch_size) */                \
-    ONE(att_scratch, char, attention_scratch_size(B, T, NH, HS))                             \
-    ONE(layernorm_scratch, char, layernorm_backward_scratch_size(N, C))                      \
-    ONE(matmul_scratch, char, matmul_scratch_bytes(N, C))                                    \
+// bytes whose layout belongs to the layer that uses them. RECOMPUTED(name, type, elements,
+// level) is a layer's tensor that backward can rebuild from the ones kept: (L, ...) while the
+// model's recompute level (gpt2_set_recompute) is below `level`; from `level` on, one (...)
+// buffer that each layer's forward overwrites and backward recomputes before using it.
+#define GPT2_ACTIVATIONS(ONE, LAYER, RECOMPUTED)                                                       \
+    ONE(encoded,        floatX, N * C)                         /* (N, C) token + position embedding */ \
+    RECOMPUTED(ln1,     floatX, N * C, RECOMPUTE_LAYERNORM)    /* (L or 1, N, C) */                    \
+    LAYER(ln1_mean,     float, N)                              /* (L, N) */                            \
+    LAYER(ln1_rstd,     float, N)                              /* (L, N) */                            \
+    LAYER(qkv,          floatX, N * 3 * C)                     /* (L, N, 3C) */                        \
+    LAYER(atty,         floatX, N * C)                         /* (L, N, C) attention output */        \
+    LAYER(att_saved,    char, attention_saved_size(B, T, NH, HS)) /* naive: P; flash: logsumexp */     \
+    LAYER(residual2,    floatX, N * C)                         /* (L, N, C) */                         \
+    RECOMPUTED(ln2,     floatX, N * C, RECOMPUTE_LAYERNORM)    /* (L or 1, N, C) */                    \
+    LAYER(ln2_mean,     float, N)                              /* (L, N) */                            \
+    LAYER(ln2_rstd,     float, N)                              /* (L, N) */                            \
+    LAYER(fch,          floatX, N * 4 * C)                     /* (L, N, 4C) */                        \
+    RECOMPUTED(fch_gelu, floatX, N * 4 * C, RECOMPUTE_GELU)    /* (L or 1, N, 4C) */                   \
+    LAYER(residual3,    floatX, N * C)                         /* (L, N, C) */                         \
+    ONE(lnf,            floatX, N * C)                         /* (N, C) */                            \
+    ONE(lnf_mean,       float, N)                              /* (N) */                               \
+    ONE(lnf_rstd,       float, N)                              /* (N) */                               \
+    ONE(logits,         floatX, N * Vp)                        /* (N, Vp) in training: dlogits */     \
+    ONE(losses,         float, N)                              /* (N) */                               \
+    ONE(inputs,         int, N)                                /* (N) */                               \
+    ONE(targets,        int, N)                                /* (N) */                               \
+    /* shared by all layers, one layer at a time: the projections' outputs in forward                  \
+       (before the residual add) and the activation gradients in backward */                           \
+    ONE(scratch_c,      floatX, N * C)                         /* (N, C) */                            \
+    ONE(scratch_3c,     floatX, N * 3 * C)                     /* (N, 3C) */                           \
+    ONE(scratch_4c,     floatX, N * 4 * C)                     /* (N, 4C) */                           \
+    ONE(dresidual,      floatX, N * C)                         /* (N, C) residual stream's gradient */ \
+    /* the layers' temporary space (layers.h, attention.h: *_scratch_size) */                          \
+    ONE(att_scratch,    char, attention_scratch_size(B, T, NH, HS))                                    \
+    ONE(layernorm_scratch, char, layernorm_backward_scratch_size(N, C))                                \
+    ONE(matmul_scratch, char, matmul_scratch_bytes(N, C))                                              \
     ONE(encoder_scratch, char, encoder_backward_scratch_size(B, T))
 
 // the fields of an X-macro row, and the rows' indices
@@ -122,11 +126,19 @@ typedef struct { GPT2_PARAMETERS(GPT2_NOTHING, GPT2_PARAM_FIELD) } LayerParams;
 LayerParams gpt2_layer_params(const ParameterTensors *t, size_t C, int l);
 enum { GPT2_PARAMETERS(GPT2_PARAM_INDEX, GPT2_PARAM_INDEX) NUM_PARAMETER_TENSORS };
 
-typedef struct { GPT2_ACTIVATIONS(GPT2_ACT_FIELD, GPT2_ACT_FIELD) } ActivationTensors;
-typedef struct { GPT2_ACTIVATIONS(GPT2_NOTHING, GPT2_ACT_FIELD) } LayerActs;
-// layer l's activations of a pass of (B, T): views into the (L, ...) tensors of a
-LayerActs gpt2_layer_acts(const ActivationTensors *a, GPT2Config c, int B, int T, int l);
-enum { GPT2_ACTIVATIONS(GPT2_ACT_INDEX, GPT2_ACT_INDEX) NUM_ACTIVATION_TENSORS };
+typedef struct { GPT2_ACTIVATIONS(GPT2_ACT_FIELD, GPT2_ACT_FIELD, GPT2_ACT_FIELD) } ActivationTensors;
+typedef struct { GPT2_ACTIVATIONS(GPT2_NOTHING, GPT2_ACT_FIELD, GPT2_ACT_FIELD) } LayerActs;
+enum { GPT2_ACTIVATIONS(GPT2_ACT_INDEX, GPT2_ACT_INDEX, GPT2_ACT_INDEX) NUM_ACTIVATION_TENSORS };
+
+// Activation recomputation levels (llm.c's -r), the `level` of the RECOMPUTED rows: each
+// level trades memory for a little backward work, and gradients stay bit-identical (backward
+// rebuilds a tensor with the very call, on the very inputs, that made it in forward).
+enum {
+    RECOMPUTE_NONE = 0,       // every layer's activations kept
+    RECOMPUTE_GELU = 1,       // fch_gelu recomputed from fch
+    RECOMPUTE_LAYERNORM = 2,  // and ln1, ln2 from the residual stream
+    RECOMPUTE_LEVELS
+};
 
 typedef struct {
     GPT2Config config;
@@ -148,6 +160,7 @@ typedef struct {
     ActivationTensors acts;
     size_t act_bytes[NUM_ACTIVATION_TENSORS];
     void *acts_memory;
+    int recompute;           // RECOMPUTE_NONE (0), _GELU (1) or _LAYERNORM (2)
     int act_B, act_T;        // the (B, T) the activations are sized for; 0 before the first pass
     int last_B, last_T;      // the (B, T) of the last forward pass
     float *host_losses;      // (act_B * act_T) host copy of losses
@@ -174,6 +187,21 @@ void gpt2_load_checkpoint(GPT2 *model, const char *path);
 void gpt2_save_checkpoint(const GPT2 *model, const char *path);
 size_t gpt2_checkpoint_bytes(const GPT2 *model);   // the size of the file it writes
 void gpt2_free(GPT2 *model);
+
+// The recompute level (RECOMPUTE_*), after gpt2_init_random or gpt2_load_checkpoint and before
+// the activations exist (the first pass or gpt2_allocate_activations): it fixes the arena's
+// layout, so a later change dies rather than freeing tensors a caller may still read.
+void gpt2_set_recompute(GPT2 *model, int level);
+// Bytes of the activation arena of a model of config c for passes of (B, T) at a recompute
+// level, as gpt2_print_memory lists them (each tensor rounded up to the arena's alignment).
+size_t gpt2_activation_bytes(GPT2Config c, int B, int T, int recompute);
+// Sizes the activation arena for passes of up to (B, T) now rather than at the first pass.
+// Returns 0, or -1 when the device lacks the memory, so that the caller can say which setting
+// would fit (the model then holds no activations; a pass allocates them again, or dies saying
+// that they do not fit).
+int gpt2_allocate_activations(GPT2 *model, int B, int T);
+// layer l's activations of the last pass (last_B, last_T): views into the (L, ...) tensors
+LayerActs gpt2_layer_acts(const GPT2 *model, int l);
 
 // Forward pass on inputs (B, T) host token ids. With targets (B, T), returns the mean
 // cross-entropy loss; without (NULL), returns -1 and leaves the logits in acts.logits.

@@ -82,7 +82,7 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
     size_t layer_stride = (size_t)cache->B * cache->maxT * C;   // one layer of the cache
     upload_position(cache, 0);
     for (int l = 0; l < cache->L; l++) {
-        const floatX *qkv = gpt2_layer_acts(&model->acts, model->config, Bp, T, l).qkv;   // (Bp, T, 3C)
+        const floatX *qkv = gpt2_layer_acts(model, l).qkv;   // (Bp, T, 3C)
         floatX *k = cache->k + l * layer_stride, *v = cache->v + l * layer_stride;
         if (Bp == cache->B) {
             kv_cache_store(k, v, NULL, qkv, cache->inputs + cache->B, Bp, T, cache->maxT,

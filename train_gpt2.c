@@ -49,6 +49,7 @@ typedef struct {
     int checkpoint_every;        // -n
     int keep_checkpoints;        // -nk (0: all)
     int resume;                  // -y
+    int recompute;               // -r  activation recomputation level (gpt2.h: RECOMPUTE_*)
     int overwrite;               // --overwrite
     int shuffle;                 // --shuffle
     int max_seq_len;             // --max-seq-len (from-scratch models)
@@ -86,6 +87,8 @@ static void usage(FILE *out) {
         "  -n EVERY    checkpoint every EVERY steps into -o, 0 = only at the end when -o is set (default 0)\n"
         "  -nk N       keep only the last N checkpoints in -o, 0 = all (default 0)\n"
         "  -y 1        resume from the latest checkpoint in -o (default 0)\n"
+        "  -r LEVEL    recompute activations in backward to save memory: 0 none, 1 GELU,\n"
+        "              2 GELU and layernorm; gradients stay bit-identical (default 0)\n"
         "  --overwrite a new run (no -y 1) into an -o folder that holds another run's checkpoints\n"
         "              and log.csv: delete them first (default: refuse)\n"
         "  --shuffle   shuffle shard and batch order every epoch\n"
@@ -159,7 +162,8 @@ static Options parse_options(int argc, char **argv) {
         INT_FLAG("-v", &o.val_every, 0, 1 << 30), INT_FLAG("-m", &o.val_batches, 1, 1 << 30),
         INT_FLAG("-s", &o.sample_every, 0, 1 << 30), INT_FLAG("-g", &o.gen_tokens, 1, 1 << 20),
         INT_FLAG("-n", &o.checkpoint_every, 0, 1 << 30), INT_FLAG("-nk", &o.keep_checkpoints, 0, 1 << 20),
-        INT_FLAG("-y", &o.resume, 0, 1), SWITCH_FLAG("--overwrite", &o.overwrite),
+        INT_FLAG("-y", &o.resume, 0, 1), INT_FLAG("-r", &o.recompute, 0, RECOMPUTE_LEVELS - 1),
+        SWITCH_FLAG("--overwrite", &o.overwrite),
         SWITCH_FLAG("--shuffle", &o.shuffle), U64_FLAG("--seed", &o.seed, 0, LONG_MAX),
         INT_FLAG("--max-seq-len", &o.max_seq_len, 1, 1 << 20),
         FLOAT_FLAG("--max-grad-norm", &o.max_grad_norm, 0.0, 1e9),
@@ -545,6 +549,45 @@ static float evaluate(GPT2 *model, DataLoader *val, int max_batches) {
     return (float)(comm_allreduce_sum_host(sum) / n);
 }
 
+// The activations, sized before the first step so that a batch that does not fit is told
+// which flags would: each -r from the one asked for, what it needs at this -b, and the
+// largest -b that fits with it. "Fits" is against the memory free now, less the AdamW
+// moments that the first update allocates.
+static void allocate_activations(const Options *o, GPT2 *model) {
+    if (gpt2_allocate_activations(model, o->B, o->T) == 0) return;
+    GPT2Config c = model->config;
+    size_t free_bytes = device_memory_free();
+    size_t moments = model->adam_m ? 0 : 2 * model->shard_size * sizeof(float);
+    size_t room = free_bytes > moments ? free_bytes - moments : 0;
+    char msg[2048], a[32], b[32];
+    format_bytes(a, sizeof(a), (double)free_bytes);
+    format_bytes(b, sizeof(b), (double)moments);
+    int n = snprintf(msg, sizeof(msg), "out of %s memory for the activations of -b %d -t %d: %s "
+                     "free, of which the AdamW moments will take %s; the activations need",
+                     backend_name(), o->B, o->T, a, b);
+    for (int r = o->recompute; r < RECOMPUTE_LEVELS && n < (int)sizeof(msg); r++) {
+        format_bytes(a, sizeof(a), (double)gpt2_activation_bytes(c, o->B, o->T, r));
+        n += snprintf(msg + n, sizeof(msg) - n, "\n  at -r %d: %s", r, a);
+        int lo = 0, hi = o->B;   // the largest -b that fits at -r r, by bisection: lo fits, hi not
+        while (hi - lo > 1) {
+            int mid = lo + (hi - lo) / 2;
+            if (gpt2_activation_bytes(c, mid, o->T, r) <= room) lo = mid; else hi = mid;
+        }
+        if (gpt2_activation_bytes(c, o->B, o->T, r) <= room) {
+            n += snprintf(msg + n, sizeof(msg) - n, ", fits: add -r %d", r);
+        } else if (lo > 0) {
+            format_bytes(a, sizeof(a), (double)gpt2_activation_bytes(c, lo, o->T, r));
+            n += snprintf(msg + n, sizeof(msg) - n, ", too much; -b %d -r %d fits (%s)", lo, r, a);
+        } else {
+            n += snprintf(msg + n, sizeof(msg) - n, ", too much even at -b 1");
+        }
+    }
+    if (gpt2_activation_bytes(c, 1, o->T, RECOMPUTE_LEVELS - 1) > room)
+        n += snprintf(msg + n, sizeof(msg) - n, "\nnothing fits at -t %d: a shorter -t or a "
+                      "smaller model would", o->T);
+    die("%s", msg);
+}
+
 // mkdir -p: the folder and any missing parents
 static void make_dir(const char *dir) {
     char path[4096];
@@ -641,6 +684,8 @@ int main(int argc, char **argv) {
         int removed = previous_run_files(o.out_dir, 1);
         if (removed) printf("--overwrite: deleted %d file(s) of the earlier run in %s\n", removed, o.out_dir);
     }
+    gpt2_set_recompute(&model, o.recompute);
+    allocate_activations(&o, &model);
 
     Tokenizer tokenizer;
     const Tokenizer *tok = NULL;
@@ -667,6 +712,12 @@ int main(int argc, char **argv) {
                comm_transport(), o.comm_dir);
     printf("| batch             | B=%d T=%d, %d micro-steps%s: %ld tokens/step\n", o.B, o.T, grad_accum,
            o.world > 1 ? " on each rank" : "", o.total_batch);
+    static const char *const recompute_names[RECOMPUTE_LEVELS] = {"none", "GELU", "GELU and layernorm"};
+    char act_bytes[32];
+    format_bytes(act_bytes, sizeof(act_bytes),
+                 (double)gpt2_activation_bytes(model.config, o.B, o.T, o.recompute));
+    printf("| recompute         | -r %d (%s): activations %s\n", o.recompute,
+           recompute_names[o.recompute], act_bytes);
     printf("| steps             | %d (from %d)\n", max_steps, start_step);
     printf("| learning rate     | %.2e, warmup %d, final fraction %.3f, weight decay %.3f, clip %.2f\n",
            o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.max_grad_norm);

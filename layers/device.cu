@@ -95,6 +95,13 @@ size_t device_memory_total(void) {
     return device_prop.totalGlobalMem;
 }
 
+size_t device_memory_free(void) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (backend_init() != 0) return 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return free_bytes;
+}
+
 // ----------------------------------------------------------------------------------------
 // allocations through dev_malloc, with their sizes, for the in-use and peak figures
 
@@ -110,12 +117,29 @@ void ensure_backend(void) {
     if (backend_init() != 0) die("the CUDA backend needs a GPU");
 }
 
-void *dev_malloc(size_t bytes, const char *what) {
+void *dev_try_malloc(size_t bytes) {
     ensure_backend();
     void *p = NULL;
     cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
     if (err == cudaErrorMemoryAllocation) {
         cudaGetLastError();
+        return NULL;
+    }
+    if (err != cudaSuccess) cuda_fail(err, "cudaMalloc", __FILE__, __LINE__);
+    if (allocations_count == allocations_capacity) {
+        allocations_capacity = allocations_capacity ? 2 * allocations_capacity : 64;
+        allocations = (Allocation *)realloc(allocations, allocations_capacity * sizeof(Allocation));
+        if (!allocations) die("out of host memory recording a GPU allocation");
+    }
+    allocations[allocations_count++] = Allocation{p, bytes};
+    bytes_in_use += bytes;
+    if (bytes_in_use > bytes_peak) bytes_peak = bytes_in_use;
+    return p;
+}
+
+void *dev_malloc(size_t bytes, const char *what) {
+    void *p = dev_try_malloc(bytes);
+    if (!p) {
         size_t free_bytes = 0, total_bytes = 0;
         cudaMemGetInfo(&free_bytes, &total_bytes);
         const double MiB = 1048576.0;
@@ -123,15 +147,6 @@ void *dev_malloc(size_t bytes, const char *what) {
             "(%.1f MiB already allocated by this program).\nTry a smaller batch size (-b).",
             what, bytes / MiB, free_bytes / MiB, total_bytes / MiB, bytes_in_use / MiB);
     }
-    if (err != cudaSuccess) cuda_fail(err, "cudaMalloc", __FILE__, __LINE__);
-    if (allocations_count == allocations_capacity) {
-        allocations_capacity = allocations_capacity ? 2 * allocations_capacity : 64;
-        allocations = (Allocation *)realloc(allocations, allocations_capacity * sizeof(Allocation));
-        if (!allocations) die("out of host memory recording %s", what);
-    }
-    allocations[allocations_count++] = Allocation{p, bytes};
-    bytes_in_use += bytes;
-    if (bytes_in_use > bytes_peak) bytes_peak = bytes_in_use;
     return p;
 }
 

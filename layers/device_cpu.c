@@ -38,7 +38,7 @@ size_t device_memory_total(void) {
 
 size_t backend_workspace_size(void) { return 0; }
 
-static size_t memory_available(void) {
+size_t device_memory_free(void) {
     long pages = sysconf(_SC_AVPHYS_PAGES);
     long page_size = sysconf(_SC_PAGESIZE);
     if (pages < 0 || page_size < 0) return 0;
@@ -51,23 +51,27 @@ void backend_describe(char *buf, size_t n) {
     snprintf(buf, n, "CPU, %d OpenMP threads, %s RAM, fp32", omp_get_max_threads(), total);
 }
 
-void *dev_malloc(size_t bytes, const char *what) {
+void *dev_try_malloc(size_t bytes) {
     void *block = NULL;
-    if (bytes <= SIZE_MAX - BLOCK_ALIGN) {
-        if (posix_memalign(&block, BLOCK_ALIGN, BLOCK_ALIGN + bytes) != 0) block = NULL;
-    }
-    if (block == NULL) {
-        char asked[32], avail[32], used[32];
-        format_bytes(asked, sizeof(asked), (double)bytes);
-        format_bytes(avail, sizeof(avail), (double)memory_available());
-        format_bytes(used, sizeof(used), (double)bytes_in_use);
-        die("out of memory allocating %s (%zu bytes) for %s: %s free, %s in use",
-            asked, bytes, what, avail, used);
-    }
+    if (bytes > SIZE_MAX - BLOCK_ALIGN || posix_memalign(&block, BLOCK_ALIGN, BLOCK_ALIGN + bytes) != 0)
+        return NULL;
     ((BlockHeader *)block)->bytes = bytes;
     bytes_in_use += bytes;
     if (bytes_in_use > bytes_peak) bytes_peak = bytes_in_use;
     return (char *)block + BLOCK_ALIGN;
+}
+
+void *dev_malloc(size_t bytes, const char *what) {
+    void *p = dev_try_malloc(bytes);
+    if (!p) {
+        char asked[32], avail[32], used[32];
+        format_bytes(asked, sizeof(asked), (double)bytes);
+        format_bytes(avail, sizeof(avail), (double)device_memory_free());
+        format_bytes(used, sizeof(used), (double)bytes_in_use);
+        die("out of memory allocating %s (%zu bytes) for %s: %s free, %s in use",
+            asked, bytes, what, avail, used);
+    }
+    return p;
 }
 
 void dev_free(void *p) {

@@ -51,6 +51,7 @@ const char *backend_name(void);            // "cpu" or "cuda"
 int backend_init(void);
 void backend_describe(char *buf, size_t n); // one line: CPU threads, or GPU name and memory
 size_t device_memory_total(void);           // bytes the device has (CPU: physical RAM)
+size_t device_memory_free(void);            // bytes free on it now (CPU: free physical RAM)
 // The device's dense peak rate for floatX matrix products, in FLOP/s, from the vendor's
 // datasheet (the training step's MFU is measured against it), and where it comes from: 0 and
 // "" for a device the table does not know (and on the CPU, whose rate depends on its cores).
@@ -63,6 +64,9 @@ size_t backend_workspace_size(void);
 // dev_malloc never returns NULL: when the device is out of memory it prints how many bytes
 // were asked for, how many are free and in use, and the caller's `what`, then exits(1).
 void *dev_malloc(size_t bytes, const char *what);
+// as dev_malloc, but returns NULL when the device is out of memory, for a caller who can say
+// what would fit (gpt2.c's activations)
+void *dev_try_malloc(size_t bytes);
 void dev_free(void *p);
 void dev_memset_zero(void *p, size_t bytes);
 void dev_upload(void *dst, const void *src_host, size_t bytes);     // host -> device

@@ -141,6 +141,7 @@ static void test_bad_inputs(unsigned long long *rng) {
     expect_error("flag -b: 0 is out of range", "out of range value", "-b 0");
     expect_error("flag -l: 'x' is not a number", "bad float", "-l x");
     expect_error("flag -t needs a value", "missing value", "-t");
+    expect_error("flag -r: 3 is out of range [0, 2]", "a recompute level that does not exist", "-r 3");
     expect_error("not a positive multiple of B*T", "bad total batch", "-v 0 -s 0 -i %s/train.bin -b 2 -t 16 -d 33", d);
     expect_error("no training token file matches", "missing file", "-v 0 -s 0 -i %s/nothere_*.bin", d);
     expect_error("not a token file (magic 12345", "wrong magic", "-v 0 -s 0 -i %s/badmagic.bin " TINY, d);
@@ -165,6 +166,60 @@ static void test_bad_inputs(unsigned long long *rng) {
     run("mkdir -p %s/empty", d);
     expect_error("no checkpoint", "resume from an empty folder", "-v 0 -s 0 -i %s/train.bin " TINY " -o %s/empty -y 1", d, d);
     expect_error("cannot open d12x", "a config name that is not dN", "-v 0 -s 0 -i %s/train.bin -e d12x -b 2 -t 16", d);
+}
+
+// -r 2 (GELU and layernorm recomputed) trains the very weights of -r 0: the run of
+// test_resume_bit_exact again, uninterrupted and resumed, against its files
+static void test_recompute(void) {
+    const char *flags = TINY " -x 6 -n 3 -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 -c 0.1 --shuffle -r 2";
+    int rc = run("%s -i %s/train.bin -j %s/val.bin %s -o %s/r2", bin, dir, dir, flags, dir);
+    CHECK(rc == 0, "a run with -r 2:\n%s", output);
+    CHECK(strstr(output, "| recompute         | -r 2 (GELU and layernorm)") != NULL &&
+          strstr(output, "recompute level 2):") != NULL,
+          "the config table and the memory report show -r 2:\n%s", output);
+    char a[16][512], b[16][512], pa[512], pb[512];
+    snprintf(pa, sizeof(pa), "%s/whole/log.csv", dir);
+    snprintf(pb, sizeof(pb), "%s/r2/log.csv", dir);
+    int na = read_losses(pa, a, 16), nb = read_losses(pb, b, 16);
+    CHECK(na == 6 && nb == 6, "6 steps logged at -r 0 (%d) and -r 2 (%d)", na, nb);
+    for (int i = 0; i < nb && na == 6; i++)
+        CHECK(strcmp(a[i], b[i]) == 0, "-r 2 step equals -r 0: '%s' vs '%s'", b[i], a[i]);
+    snprintf(pa, sizeof(pa), "%s/whole/model_00000006.bin", dir);
+    snprintf(pb, sizeof(pb), "%s/r2/model_00000006.bin", dir);
+    CHECK(files_equal(pa, pb), "final weights at -r 2 are bit-identical to -r 0");
+    run("mkdir -p %s/r2resumed && cp %s/r2/model_00000003.bin %s/r2/state_00000003.bin %s/r2resumed/",
+        dir, dir, dir, dir);
+    rc = run("%s -i %s/train.bin -j %s/val.bin %s -o %s/r2resumed -y 1", bin, dir, dir, flags, dir);
+    CHECK(rc == 0 && strstr(output, "resumed from"), "resumed run at -r 2:\n%s", output);
+    snprintf(pa, sizeof(pa), "%s/r2resumed/model_00000006.bin", dir);
+    CHECK(files_equal(pa, pb), "final weights of the resumed -r 2 run are bit-identical");
+}
+
+// Activations that cannot fit (d1 at -b 16384 -t 1024: 3.4 TB of logits alone) end with the
+// memory each -r needs and the -b that would fit. This needs an allocation that large to
+// fail at once, as it does unless the kernel is set to overcommit always
+// (vm.overcommit_memory = 1: then the allocation succeeds, and the test would train on it).
+static void test_out_of_memory(unsigned long long *rng) {
+    FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+    int mode = f ? fgetc(f) : EOF;
+    if (f) fclose(f);
+    if (mode == '1') {
+        printf("SKIP: out-of-memory message (vm.overcommit_memory = 1 lets any allocation succeed)\n");
+        return;
+    }
+    char p[512];
+    snprintf(p, sizeof(p), "%s/big.bin", dir);
+    write_token_file(p, 16384 * 1024 + 1, 20240520, 1, 16384 * 1024 + 1, rng);
+    // (a sanitizer build's allocator would abort on so large a request; told to, it fails it)
+    int rc = run("ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1 "
+                 "%s -i %s -e d1 -b 16384 -t 1024 -v 0 -s 0", bin, p);
+    CHECK(rc == 1 && strstr(output, "out of cpu memory for the activations of -b 16384 -t 1024") &&
+          !strstr(output, "ERROR: AddressSanitizer"),
+          "activations too big: exit 1 with the message (got %d):\n%s", rc, output);
+    CHECK(strstr(output, "at -r 0: ") && strstr(output, "at -r 1: ") && strstr(output, "at -r 2: ") &&
+          strstr(output, "-r 2 fits ("),
+          "the message gives each -r's memory and the largest -b that fits:\n%s", output);
+    run("rm -f %s", p);
 }
 
 // the flags themselves: each given once, no stray arguments, every number in range, and sizes
@@ -301,6 +356,8 @@ int main(void) {
     test_mfu();
     test_resume_bit_exact();
     test_bad_inputs(&rng);
+    test_recompute();
+    test_out_of_memory(&rng);
     test_bad_flags();
     test_bad_token_ids(&rng);
     test_output_folder();

@@ -247,6 +247,68 @@ static void test_config_names(void) {
     gpt2_free(&m);
 }
 
+// Activation recomputation: levels 1 and 2 give bit-identical losses, gradients (memcmp of
+// the gradient arena) and, after AdamW steps, parameters to level 0, over steps of two
+// accumulated micro-batches; and their arenas are smaller by exactly the tensors that
+// become one buffer for all layers (each tensor of the arena is rounded up to 256 bytes).
+static size_t round_256(size_t n) { return (n + 255) / 256 * 256; }
+
+static void test_recompute(unsigned long long *rng) {
+    GPT2Config c = tiny_config(12);
+    enum { B = 2, T = 7, N = B * T, STEPS = 3, MICRO = 2 };
+    int in[STEPS][MICRO][N], tg[STEPS][MICRO][N];
+    random_tokens(&in[0][0][0], STEPS * MICRO * N, 61, rng);
+    random_tokens(&tg[0][0][0], STEPS * MICRO * N, 61, rng);
+    GPT2 m[RECOMPUTE_LEVELS];
+    for (int r = 0; r < RECOMPUTE_LEVELS; r++) {
+        gpt2_init_random(&m[r], c, 13);
+        gpt2_set_recompute(&m[r], r);
+    }
+    size_t n = m[0].num_parameters, bytes = n * sizeof(floatX);
+    for (int step = 1; step <= STEPS; step++) {
+        float loss[RECOMPUTE_LEVELS] = {0};
+        for (int r = 0; r < RECOMPUTE_LEVELS; r++) {
+            gpt2_zero_grad(&m[r]);
+            for (int micro = 0; micro < MICRO; micro++)
+                loss[r] += gpt2_forward_backward(&m[r], in[step - 1][micro], tg[step - 1][micro],
+                                                 B, T, 1.0f / MICRO);
+        }
+        for (int r = 1; r < RECOMPUTE_LEVELS; r++) {
+            CHECK(loss[r] == loss[0], "step %d: loss at recompute %d %.9g, at 0 %.9g", step, r,
+                  loss[r], loss[0]);
+            CHECK(memcmp(m[r].grads_memory, m[0].grads_memory, bytes) == 0,
+                  "step %d: gradients at recompute %d bit-identical to 0", step, r);
+        }
+        for (int r = 0; r < RECOMPUTE_LEVELS; r++)
+            gpt2_update(&m[r], 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step);
+    }
+    for (int r = 1; r < RECOMPUTE_LEVELS; r++)
+        CHECK(memcmp(m[r].params_memory, m[0].params_memory, bytes) == 0,
+              "parameters after %d AdamW steps at recompute %d bit-identical to 0", STEPS, r);
+
+    // memory: fch_gelu (N, 4C) once instead of L times at level 1; ln1 and ln2 (N, C) too at 2
+    size_t L = c.num_layers, gelu = (size_t)N * 4 * c.channels * sizeof(floatX);
+    size_t ln = (size_t)N * c.channels * sizeof(floatX);
+    size_t gelu_saving = round_256(L * gelu) - round_256(gelu);
+    size_t ln_saving = 2 * (round_256(L * ln) - round_256(ln));
+    size_t total[RECOMPUTE_LEVELS];
+    for (int r = 0; r < RECOMPUTE_LEVELS; r++) {
+        total[r] = gpt2_activation_bytes(c, B, T, r);
+        size_t sum = 0;
+        for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) sum += round_256(m[r].act_bytes[i]);
+        CHECK(sum == total[r], "recompute %d: the arena's tensors sum to %zu bytes, "
+              "gpt2_activation_bytes says %zu", r, sum, total[r]);
+    }
+    CHECK(total[0] - total[1] == gelu_saving, "recompute 1 saves %zu bytes, expected %zu",
+          total[0] - total[1], gelu_saving);
+    CHECK(total[0] - total[2] == gelu_saving + ln_saving, "recompute 2 saves %zu bytes, expected %zu",
+          total[0] - total[2], gelu_saving + ln_saving);
+    CHECK(m[1].act_bytes[ACT_fch_gelu] == gelu && m[2].act_bytes[ACT_ln1] == ln &&
+          m[2].act_bytes[ACT_ln2] == ln && m[1].act_bytes[ACT_ln1] == L * ln,
+          "the recomputed tensors are one layer's size, the others all layers'");
+    for (int r = 0; r < RECOMPUTE_LEVELS; r++) gpt2_free(&m[r]);
+}
+
 int main(void) {
     if (backend_init() != 0) return 1;
     unsigned long long rng = test_seed();
@@ -254,6 +316,7 @@ int main(void) {
     test_init_deterministic();
     test_gradients(&rng);
     test_gradient_accumulation(&rng);
+    test_recompute(&rng);
     test_overfit_one_batch(&rng);
     test_checkpoint_round_trip(&rng);
     test_checkpoint_huge_header();
