@@ -300,10 +300,12 @@ static const int recompute_levels[NUM_ACTIVATION_TENSORS] = {
 
 // whether the model's forward keeps one buffer of tensor act (ACT_*) for all layers, which
 // backward therefore recomputes for each layer before using it
+const char *const gpt2_recompute_names[RECOMPUTE_LEVELS] = {"none", "GELU", "GELU and layernorm"};
+
 static int recomputed(const GPT2 *model, int act) { return model->recompute >= recompute_levels[act]; }
 
 // bias gradients in backward come from the matmuls of OC = 3C, C and 4C
-static size_t matmul_scratch_bytes(int N, int C) {
+static size_t matmul_scratch_size(int N, int C) {
     size_t qkv = matmul_backward_scratch_size(N, 3 * C), proj = matmul_backward_scratch_size(N, C);
     size_t fc = matmul_backward_scratch_size(N, 4 * C);
     size_t most = qkv > proj ? qkv : proj;
@@ -353,7 +355,8 @@ LayerActs gpt2_layer_acts(const GPT2 *model, int l) {
 
 void gpt2_set_recompute(GPT2 *model, int level) {
     if (level < RECOMPUTE_NONE || level >= RECOMPUTE_LEVELS)
-        die("recompute level %d: the levels are 0 (none), 1 (GELU) and 2 (GELU and layernorm)", level);
+        die("recompute level %d: the levels are 0 (%s), 1 (%s) and 2 (%s)", level, gpt2_recompute_names[0],
+            gpt2_recompute_names[1], gpt2_recompute_names[2]);
     if (model->acts_memory && level != model->recompute)
         die("internal error: the recompute level changed after the activations were allocated");
     model->recompute = level;

@@ -109,7 +109,7 @@ static inline const char *gpt2_config_problem(GPT2Config c) {
     /* the layers' temporary space (layers.h, attention.h: *_scratch_size) */                          \
     ONE(att_scratch,    char, attention_scratch_size(B, T, NH, HS))                                    \
     ONE(layernorm_scratch, char, layernorm_backward_scratch_size(N, C))                                \
-    ONE(matmul_scratch, char, matmul_scratch_bytes(N, C))                                              \
+    ONE(matmul_scratch, char, matmul_scratch_size(N, C))                                              \
     ONE(encoder_scratch, char, encoder_backward_scratch_size(B, T))
 
 // the fields of an X-macro row, and the rows' indices
@@ -139,6 +139,8 @@ enum {
     RECOMPUTE_LAYERNORM = 2,  // and ln1, ln2 from the residual stream
     RECOMPUTE_LEVELS
 };
+// what each level recomputes, for messages and tables: "none", "GELU", "GELU and layernorm"
+extern const char *const gpt2_recompute_names[RECOMPUTE_LEVELS];
 
 typedef struct {
     GPT2Config config;

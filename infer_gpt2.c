@@ -277,12 +277,6 @@ static char *read_stdin(size_t *len_out) {
     return text;
 }
 
-// --logits being written: whatever ends the program early (die() included) removes it
-static AtomicFile *pending_logits = NULL;
-static void remove_pending_logits(void) {
-    if (pending_logits && pending_logits->f) atomic_abort(pending_logits);
-}
-
 int main(int argc, char **argv) {
     Options o = parse_options(argc, argv);
     // a prompt from stdin is read first: a bad one fails before the model loads
@@ -347,11 +341,11 @@ int main(int argc, char **argv) {
         g.generated[b] = malloc((size_t)o.max_new * sizeof(int));
         if (!g.generated[b]) die("out of host memory");
     }
-    if (o.logits_path) {   // opened before any work, so a bad path fails at once
+    // opened before any work, so a bad path fails at once; whatever ends the program early
+    // (die() included) removes its temporary file (utils.c: every open AtomicFile)
+    if (o.logits_path) {
         atomic_open(&g.logits_out, o.logits_path);
         g.write_logits = 1;
-        pending_logits = &g.logits_out;
-        atexit(remove_pending_logits);
     }
 
     char err[256];

@@ -676,6 +676,9 @@ int main(int argc, char **argv) {
     uint64_t rng = sampler_seed(o.seed, 0);   // the samples' random stream
     if (o.resume) {
         check_state_shapes(&o, &state, global_micro);
+        if (max_steps <= start_step)
+            die("flag -x: the checkpoint in %s is already at step %d, so -x %d trains nothing; give "
+                "the total number of steps, more than %d", o.out_dir, start_step, max_steps, start_step);
         DataPosition pos = {state.data_epoch, state.data_shard, state.data_batch};
         dataloader_seek(&train, pos);
         rng = state.rng;
@@ -712,22 +715,22 @@ int main(int argc, char **argv) {
                comm_transport(), o.comm_dir);
     printf("| batch             | B=%d T=%d, %d micro-steps%s: %ld tokens/step\n", o.B, o.T, grad_accum,
            o.world > 1 ? " on each rank" : "", o.total_batch);
-    static const char *const recompute_names[RECOMPUTE_LEVELS] = {"none", "GELU", "GELU and layernorm"};
     char act_bytes[32];
     format_bytes(act_bytes, sizeof(act_bytes),
                  (double)gpt2_activation_bytes(model.config, o.B, o.T, o.recompute));
     printf("| recompute         | -r %d (%s): activations %s\n", o.recompute,
-           recompute_names[o.recompute], act_bytes);
+           gpt2_recompute_names[o.recompute], act_bytes);
     printf("| steps             | %d (from %d)\n", max_steps, start_step);
     printf("| learning rate     | %.2e, warmup %d, final fraction %.3f, weight decay %.3f, clip %.2f\n",
            o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.max_grad_norm);
     printf("| seed              | %llu%s\n", (unsigned long long)o.seed, o.shuffle ? ", shuffled" : "");
     const char *peak_source = "--peak-tflops";
     double peak_flops = o.peak_tflops > 0.0 ? o.peak_tflops * 1e12 : device_peak_flops(&peak_source);
-    double step_flops = flops_per_token(&model, o.T) * (double)o.total_batch;
+    // the peak is one device's; with several ranks each does 1/world of the step's tokens
+    double step_flops = flops_per_token(&model, o.T) * (double)o.total_batch / o.world;
     if (peak_flops > 0.0)
-        printf("| MFU               | 6N + 6LCT = %.3g FLOP/token (llm.c's count), against %.4g TFLOP/s (%s)\n",
-               flops_per_token(&model, o.T), peak_flops / 1e12, peak_source);
+        printf("| MFU               | 6N + 6LCT = %.3g FLOP/token (llm.c's count), against %.4g TFLOP/s (%s)%s\n",
+               flops_per_token(&model, o.T), peak_flops / 1e12, peak_source, o.world > 1 ? " per GPU" : "");
     else
         printf("| MFU               | not shown: no peak rate known for this device (give one with --peak-tflops)\n");
     if (o.out_dir) {

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,8 @@ void atomic_open(AtomicFile *af, const char *path) {
         atexit(remove_open_temporaries);
         cleanup_registered = 1;
     }
+    af->f = NULL;   // not open yet, and in no slot: an atomic_abort after a die below frees none
+    af->slot = -1;
     if (strlen(path) >= sizeof(af->path)) die("path too long: %s", path);
     snprintf(af->path, sizeof(af->path), "%s", path);
     snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%ld", path, (long)getpid());
@@ -126,11 +129,11 @@ void atomic_open(AtomicFile *af, const char *path) {
         die("%s is not a regular file (a device or a pipe?): it is written as a new file that "
             "replaces the old one when complete", path);
     }
-    af->slot = -1;
     for (int i = 0; i < MAX_OPEN_ATOMIC && af->slot < 0; i++)
         if (!open_tmp_used[i]) af->slot = i;
     if (af->slot < 0) die("internal error: more than %d files written at once", MAX_OPEN_ATOMIC);
     memcpy(open_tmp_paths[af->slot], af->tmp_path, sizeof(af->tmp_path));
+    atomic_signal_fence(memory_order_seq_cst);   // the path is whole before a handler can see the slot
     open_tmp_used[af->slot] = 1;   // before the file exists: a signal now unlinks nothing
     af->f = fopen(af->tmp_path, "wb");
     if (!af->f) {

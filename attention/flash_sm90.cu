@@ -504,10 +504,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
         cudaDriverEntryPointQueryResult found;
         CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
                                                     cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || !p) {
-            fprintf(stderr, "error: flash_sm90: the CUDA driver has no cuTensorMapEncodeTiled\n");
-            exit(1);
-        }
+        if (found != cudaDriverEntryPointSuccess || !p)
+            die("flash_sm90: the CUDA driver has no cuTensorMapEncodeTiled");
         fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
     }
     return fn;
@@ -543,12 +541,9 @@ const CUtensorMap *qkv_tensor_map(const bf16 *qkv, int B, int T, int NH, int HS,
         &e.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<bf16 *>(qkv), dims, strides, box,
         unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "error: flash_sm90: cuTensorMapEncodeTiled failed (%d) for qkv %p, B=%d "
-                "T=%d NH=%d HS=%d, boxes of %d rows\n", (int)r, (const void *)qkv, B, T, NH, HS,
-                rows);
-        exit(1);
-    }
+    if (r != CUDA_SUCCESS)
+        die("flash_sm90: cuTensorMapEncodeTiled failed (%d) for qkv %p, B=%d T=%d NH=%d HS=%d, "
+            "boxes of %d rows", (int)r, (const void *)qkv, B, T, NH, HS, rows);
     return &e.map;
 }
 

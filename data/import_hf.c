@@ -326,12 +326,6 @@ static void check_nothing_left(const SafeTensors *st, int L) {
     }
 }
 
-// a value found not finite half way through ends the program: the partial output goes too
-static AtomicFile *pending_output = NULL;
-static void remove_pending_output(void) {
-    if (pending_output && pending_output->f) atomic_abort(pending_output);
-}
-
 static void usage(FILE *out) {
     fprintf(out,
         "usage: import_hf [flags] MODEL.safetensors OUT.bin\n"
@@ -413,9 +407,7 @@ int main(int argc, char **argv) {
     header[6] = (int)C;
     header[7] = (int)Vp;
     Writer w = {.bf16 = bf16};
-    atomic_open(&w.af, out);
-    pending_output = &w.af;
-    atexit(remove_pending_output);
+    atomic_open(&w.af, out);   // a value found not finite half way ends the program: its temporary goes too
     atomic_write(&w.af, header, sizeof(header));
     float *buf = writer_buffer(&w, Vp * C);   // wte, then the zero rows of the padding
     read_tensor(&st, require(&st, "wte.weight", V, C), buf, V, C, 0);

@@ -125,13 +125,6 @@ static void output_abort(Output *o) {
     atomic_abort(&o->train);
 }
 
-// The output being written, until committed: whatever ends the program early (die() included)
-// removes its temporary files, so a failed run leaves nothing behind.
-static Output *pending_output;
-static void remove_pending_output(void) {
-    if (pending_output) output_abort(pending_output);
-}
-
 static void output_tokens(Output *o, const int *ids, size_t n) {
     while (n > 0) {
         int to_val = o->n_val < o->val_target;
@@ -329,9 +322,9 @@ int main(int argc, char **argv) {
     FILE *in = fopen_or_die(o.input, "rb");
     struct stat st;
     long total = fstat(fileno(in), &st) == 0 && S_ISREG(st.st_mode) ? (long)st.st_size : -1;
+    // until committed, whatever ends the program early (die() included) removes the output's
+    // temporary files (utils.c: every open AtomicFile), so a failed run leaves nothing behind
     Output out = {0};
-    pending_output = &out;   // before the first file is opened: a failure opening the second removes it
-    atexit(remove_pending_output);
     output_open(&out, o.prefix, o.val_tokens);   // fails before any work when the folder is unwritable
 
     Worker *workers = calloc((size_t)o.threads, sizeof(Worker));
@@ -374,7 +367,6 @@ int main(int argc, char **argv) {
     fclose(in);
     if (bytes_read == 0) die("%s is empty: there is no text to tokenize", o.input);   // the output is removed at exit
     output_commit(&out);
-    pending_output = NULL;
     double dt = wall_seconds() - t0;
     size_t pieces = 0, hits = 0;
     for (int t = 0; t < o.threads; t++) {

@@ -70,9 +70,9 @@ size_t backend_workspace_size(void) { return cublaslt_workspace_size; }
 // device name the driver reports; the first entry whose name is part of the device's name
 // wins, so the more specific names come first.
 static const struct { const char *name; double tflops; } peak_table[] = {
-    {"H200 NVL", 835.0}, {"H200", 989.4},
+    {"GH200", 989.4},    {"H200 NVL", 835.0}, {"H200", 989.4},
     {"H100 NVL", 835.0}, {"H100 PCIe", 756.0}, {"H100", 989.4},   // "H100 80GB HBM3": SXM
-    {"H800", 989.4},     {"GH200", 989.4},
+    {"H800", 989.4},
     {"A100", 312.0},     {"A800", 312.0},
     {"L40S", 362.1},     {"L40", 181.0},     {"L4", 121.0},    {"A10", 125.0},
 };
