@@ -293,8 +293,13 @@ else
     machine_short="${cpu_model:-unknown CPU}, $(nproc) cores"
     machine="$machine_short; $device"
 fi
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || commit="$commit with uncommitted changes"
+# COMMIT names it where the checkout has no .git of its own (a copy on another machine)
+if [ -n "${COMMIT:-}" ]; then
+    commit=$COMMIT
+else
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    [ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || commit="$commit with uncommitted changes"
+fi
 params=$(sed -nE 's/^\| parameters +\| ([0-9]+) \(([^)]*)\).*/\2/p' "$out/train_flash.log" | head -n 1)
 tokens_per_step=$(( B * T ))
 date_utc=$(date -u '+%Y-%m-%d %H:%M UTC')
