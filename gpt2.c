@@ -48,12 +48,12 @@ char *arena_alloc(size_t *offsets, const size_t *bytes, int n, const char *what)
     return dev_malloc(arena_layout(offsets, bytes, n), what);
 }
 
-double arena_print(const char *const *names, const size_t *bytes, int n) {
+double arena_print(FILE *out, const char *const *names, const size_t *bytes, int n) {
     char buf[32];
     double total = 0.0;
     for (int i = 0; i < n; i++) {
         format_bytes(buf, sizeof(buf), (double)bytes[i]);
-        printf("  %-18s %21s\n", names[i], buf);
+        fprintf(out, "  %-18s %21s\n", names[i], buf);
         total += align_up(bytes[i]);
     }
     return total;
@@ -685,7 +685,7 @@ void gpt2_print_memory(const GPT2 *model) {
     if (!model->acts_memory) return;
     printf("  activations at B=%d T=%d (attention: %s, recompute level %d):\n", model->act_B,
            model->act_T, attention_name, model->recompute);
-    double total = arena_print(activation_names, model->act_bytes, NUM_ACTIVATION_TENSORS);
+    double total = arena_print(stdout, activation_names, model->act_bytes, NUM_ACTIVATION_TENSORS);
     format_bytes(buf, sizeof(buf), total);
     printf("  activations total: %s (recompute level", buf);
     for (int level = RECOMPUTE_NONE; level < RECOMPUTE_LEVELS; level++) {

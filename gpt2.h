@@ -173,7 +173,7 @@ typedef struct {
 // offsets[i] (bytes from the start) and returns the allocation; arena_print writes one row
 // per tensor, then the total, which it returns.
 char *arena_alloc(size_t *offsets, const size_t *bytes, int n, const char *what);
-double arena_print(const char *const *names, const size_t *bytes, int n);
+double arena_print(FILE *out, const char *const *names, const size_t *bytes, int n);
 
 // "d12" (GPT-2 124M: L=12, NH=12, C=768), "d24", "d36", "d48", or any "dN": L=N, NH=N,
 // C=64N. Returns 0 on success, -1 when the name is not of that form.
@@ -280,7 +280,7 @@ typedef struct {
 // A cache of maxT positions (at most the model's max_seq_len) for B sequences.
 void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT);
 void kv_cache_free(KVCache *cache);
-void kv_cache_print_memory(const KVCache *cache);
+void kv_cache_print_memory(const KVCache *cache, FILE *out);
 // Prefill from tokens (Bp, T) host ids, T <= cache->maxT: Bp = cache->B, a prompt per
 // sequence, or Bp = 1, one prompt for all (run once, its keys and values copied to every
 // sequence). Leaves the logits of position T-1 of each sequence in cache->logits; len = T.

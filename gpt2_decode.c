@@ -53,12 +53,12 @@ void kv_cache_free(KVCache *cache) {
     memset(cache, 0, sizeof(*cache));
 }
 
-void kv_cache_print_memory(const KVCache *cache) {
+void kv_cache_print_memory(const KVCache *cache, FILE *out) {
     char buf[32];
-    printf("KV cache and decode step (B=%d, maxT=%d, %s):\n", cache->B, cache->maxT, FLOATX_NAME);
-    double total = arena_print(decode_names, cache->bytes, NUM_DECODE_TENSORS);
+    fprintf(out, "KV cache and decode step (B=%d, maxT=%d, %s):\n", cache->B, cache->maxT, FLOATX_NAME);
+    double total = arena_print(out, decode_names, cache->bytes, NUM_DECODE_TENSORS);
     format_bytes(buf, sizeof(buf), total);
-    printf("  total: %s\n", buf);
+    fprintf(out, "  total: %s\n", buf);
 }
 
 // ----------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ typedef struct {
     int interactive;             // -i
     const char *vocab_dir;       // --vocab
     const char *tokenizer_path;  // --tokenizer
+    int tokenizer_given;         // --tokenizer was on the command line: no fallback then
+    int memory;                  // --memory
     int print_ids;               // --ids
     const char *logits_path;     // --logits
     int no_stop;                 // --no-stop
@@ -59,6 +61,7 @@ static void usage(FILE *out) {
         "  --logits FILE  write the logits each token was chosen from: fp32, (steps, samples, V);\n"
         "              the file appears only when complete\n"
         "  --no-stop   do not stop at <|endoftext|> (benchmarks)\n"
+        "  --memory    print the KV cache's and the decode step's memory table (to stderr)\n"
         "  -h, --help  this text\n"
         "Generation stops at <|endoftext|>, after -n tokens, or when the context is full.\n"
         "A prompt from stdin is its bytes as they are (a NUL byte is GPT-2's token 188, as any\n"
@@ -79,8 +82,11 @@ static Options parse_options(int argc, char **argv) {
         U64_FLAG("--seed", &o.seed, 0, 0x7fffffffffffffffL), INT_FLAG("-b", &o.B, 1, 4096),
         SWITCH_FLAG("-i", &o.interactive), TEXT_FLAG("--vocab", &o.vocab_dir),
         TEXT_FLAG("--tokenizer", &o.tokenizer_path), SWITCH_FLAG("--ids", &o.print_ids),
-        TEXT_FLAG("--logits", &o.logits_path), SWITCH_FLAG("--no-stop", &o.no_stop)};
-    parse_flags(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), "infer_gpt2", usage, NULL, 0);
+        TEXT_FLAG("--logits", &o.logits_path), SWITCH_FLAG("--no-stop", &o.no_stop),
+        SWITCH_FLAG("--memory", &o.memory)};
+    int n = (int)(sizeof(flags) / sizeof(flags[0]));
+    parse_flags(argc, argv, flags, n, "infer_gpt2", usage, NULL, 0);
+    o.tokenizer_given = flag_named(flags, n, "--tokenizer")->given;
     if (o.top_p <= 0.0f) die("flag --top-p: %g keeps no token; give a probability in (0, 1]", o.top_p);
     if (o.interactive && (o.prompt || o.prompt_ids))
         die("flag -i reads its prompts from stdin: it takes no -p or --prompt-ids");
@@ -184,6 +190,7 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
     if (!g->cache.memory || g->cache.maxT < cache_len) {
         if (g->cache.memory) kv_cache_free(&g->cache);
         kv_cache_init(&g->cache, &g->model, B, o->interactive ? g->maxT : cache_len);
+        if (o->memory) kv_cache_print_memory(&g->cache, stderr);
     }
     uint64_t rng[B];
     for (int b = 0; b < B; b++) rng[b] = sampler_seed(o->seed, (uint64_t)b);
@@ -306,7 +313,7 @@ int main(int argc, char **argv) {
         if (file_exists(o.tokenizer_path)) {
             tokenizer_load(&tokenizer, o.tokenizer_path);
             g.tok = &tokenizer;
-        } else if (g.have_bpe) {
+        } else if (g.have_bpe && !o.tokenizer_given) {
             g.tok = &g.bpe.tokenizer;   // the same ids -> bytes, from encoder.json
         } else {
             die("%s: no such file: the tokenizer file decodes the output (`make data` writes it; "

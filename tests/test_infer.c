@@ -552,12 +552,18 @@ static void test_infer_errors(void) {
                  infer_bin, dir, dir, dir);
     expect_error("no such file", "missing vocabulary", "%s -c %s/model.bin --tokenizer %s/tok.bin --vocab %s/none -p hi",
                  infer_bin, dir, dir, dir);
+    expect_error("none.bin: no such file", "a --tokenizer that is missing (no fallback to encoder.json)",
+                 "%s -c %s/model.bin --tokenizer %s/none.bin --vocab %s/vocab -p hi", infer_bin, dir, dir, dir);
     expect_error("keeps no token", "top-p 0", INFER " -p hi --top-p 0", INFER_ARGS);
     expect_error("flag -n: 0 is out of range", "-n 0", INFER " -p hi -n 0", INFER_ARGS);
     expect_error("flag --temperature: -1 is out of range", "negative temperature", INFER " -p hi --temperature -1", INFER_ARGS);
     expect_error("unknown flag --frobnicate", "unknown flag", INFER " --frobnicate 1", INFER_ARGS);
     expect_error("-p or --prompt-ids, not both", "two prompts", INFER " -p hi --prompt-ids 3", INFER_ARGS);
-    int rc = run("%s --help", infer_bin);
+    // --memory: the KV cache's table on stderr, the text alone on stdout
+    int rc = run(INFER " -p hi -n 4 --memory", INFER_ARGS);
+    CHECK(rc == 0 && strstr(err, "KV cache and decode step (B=1") && strstr(err, "  total: ") &&
+          !strstr(out, "KV cache"), "--memory prints the decode arena's table to stderr:\n%s", err);
+    rc = run("%s --help", infer_bin);
     CHECK(rc == 0 && strstr(out, "--top-p") && strstr(out, "-i "), "--help");
 }
 
