@@ -1,8 +1,8 @@
 // test_interrupt.c: train_gpt2 killed at random moments, as a crash, an OOM killer or a user
 // would: SIGKILL (nothing runs after it) and SIGINT (the run ends its step, checkpoints and
-// exits 130), each KILLS times at random delays, with a checkpoint every step (-n 1, the last
-// 3 kept: -nk 3) of a tiny model (V=64, C=64, L=2) made here. Each run resumes from the
-// folder's latest checkpoint. Afterwards the run is finished, and checked against one
+// exits 130), each KILLS times at random delays after start-up (into training and its
+// checkpoint writes), with a checkpoint every step (-n 1, the last 3 kept: -nk 3) of a tiny
+// model (V=64, C=64, L=2) made here. Each run resumes from the folder's latest checkpoint. Afterwards the run is finished, and checked against one
 // uninterrupted run: every checkpoint left is byte-identical to the uninterrupted run's of
 // the same step (so each loads, and resuming was exact), log.csv holds one header and one
 // complete line per step with the same values, and no temporary file is left.
