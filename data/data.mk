@@ -8,6 +8,7 @@
 #   make test-tiktoken                the encoder against tiktoken on every script and code point
 #                                     of Unicode 16 and on TinyShakespeare (tests/test_tiktoken.py)
 #   make fuzz                         the libFuzzer harnesses in fuzz/ (clang); fuzz/run.sh runs them
+#   make -s print-fuzz-targets        their names, for fuzz/run.sh
 # The tools link only utils.c and the tokenizer, never the model, and data/tokenizer.c needs no
 # library: PCRE2 is linked only where text is encoded (data/bpe.c).
 
@@ -15,7 +16,7 @@ DATA_SRC ?=
 TOKENIZER_OBJ = $(call obj,utils.c data/tokenizer.c data/bpe.c)
 TOKENIZER_LIBS = $(PCRE2_LIBS) -lpthread
 
-.PHONY: test-tokenizer bench-tokenizer test-tiktoken fuzz
+.PHONY: test-tokenizer bench-tokenizer test-tiktoken fuzz print-fuzz-targets
 
 prepare_data: $(BUILD)/prepare_data
 	cp $< $@
@@ -75,6 +76,8 @@ FUZZ_DEPS = utils.c utils.h data/tokenizer.c data/tokenizer.h data/bpe.c data/bp
             data/safetensors.h train_state.c train_state.h fuzz/fuzz_common.h
 
 fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
+print-fuzz-targets:
+	@echo $(FUZZ_TARGETS)
 build/fuzz/%: fuzz/%.c $(FUZZ_DEPS) | $(PCRE2_MISSING)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(PCRE2_CFLAGS) $< utils.c data/tokenizer.c data/bpe.c data/safetensors.c train_state.c -o $@ $(PCRE2_LIBS) -lpthread -lm

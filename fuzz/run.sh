@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # fuzz/run.sh [SECONDS]: build the libFuzzer harnesses (`make fuzz`, clang with AddressSanitizer
-# and UBSan) and run each for SECONDS (default 10), starting from fuzz/seeds/<name> and the corpus
-# kept in build/fuzz/corpus/<name> by earlier runs. A crash leaves its input in
-# build/fuzz/crash-<harness>-*. Ends with "N passed, N failed, N skipped", one count a harness.
+# and UBSan; their list is data/data.mk's FUZZ_TARGETS) and run each for SECONDS (default 10),
+# starting from fuzz/seeds/<name> and the corpus kept in build/fuzz/corpus/<name> by earlier
+# runs. A crash leaves its input in build/fuzz/crash-<harness>-*. Ends with "N passed, N failed,
+# N skipped", one count a harness.
 # fuzz_encode needs the GPT-2 vocabulary: $FUZZ_VOCAB_DIR, $DATA_SRC/gpt2, ../shared/data/gpt2
 # or data/gpt2; it is skipped when there is none.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
 make -s fuzz || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+targets=$(make -s --no-print-directory print-fuzz-targets)
 
 vocab=""
 for d in "${FUZZ_VOCAB_DIR:-}" "${DATA_SRC:+$DATA_SRC/gpt2}" ../shared/data/gpt2 data/gpt2; do
@@ -16,8 +18,9 @@ for d in "${FUZZ_VOCAB_DIR:-}" "${DATA_SRC:+$DATA_SRC/gpt2}" ../shared/data/gpt2
 done
 
 passed=0; failed=0; skipped=0
-for name in encode vocab tokenizer_file token_file safetensors train_state; do
-    harness=build/fuzz/fuzz_$name
+for target in $targets; do
+    name=${target#fuzz_}
+    harness=build/fuzz/$target
     if [ "$name" = encode ] && [ -z "$vocab" ]; then
         echo "=== fuzz_$name: skipped, no GPT-2 vocabulary (set DATA_SRC=../shared/data)"
         skipped=$((skipped + 1)); continue

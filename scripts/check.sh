@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole check CI runs (`make check`): the CPU test suite with each attention backend, the
 # suite again under AddressSanitizer + UndefinedBehaviorSanitizer, the tokenizer against tiktoken
-# on all of Unicode 16, the CUDA sources compiled for both backends (no GPU needed), and a short
-# fuzzing run. Ends with one summary line, "N passed, N failed, N skipped", adding up every stage.
+# on all of Unicode 16, the CUDA sources compiled for both backends (no GPU needed; skipped
+# without nvcc, but failed under CI=true, whose image has it), and a short fuzzing run (skipped
+# without clang). Ends with one summary line, "N passed, N failed, N skipped", adding up every stage.
 set -u
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -45,12 +46,21 @@ if command -v nvcc >/dev/null 2>&1; then
     # the A100 target: flash.cu's mma.sync kernels for sm_80 beside flash_sm90.cu's sm_90a code
     stage "CUDA build, flash, sm_80" make -j"$JOBS" BACKEND=cuda ATTENTION=flash CUDA_ARCH=sm_80 \
                                 BUILD=build/cuda-flash-sm80 cuda-build
+elif [ "${CI:-}" = true ]; then
+    echo "=== CUDA build: FAILED, nvcc is not on the PATH (CI=true, whose image has the CUDA toolkit)"
+    failed=$((failed + 3))
 else
     echo "=== CUDA build: skipped, nvcc is not on the PATH"
     skipped=$((skipped + 3))
 fi
 stage "comparison, tiny (CPU)"  bash tests/run_tests.sh tests/test_compare.sh
-if [ -x fuzz/run.sh ] && command -v clang >/dev/null 2>&1; then
+if [ ! -x fuzz/run.sh ]; then
+    echo "=== fuzzing: skipped, fuzz/run.sh is missing or not executable"
+    skipped=$((skipped + 1))
+elif ! command -v clang >/dev/null 2>&1; then
+    echo "=== fuzzing: skipped, clang is not on the PATH (scripts/setup.sh installs it)"
+    skipped=$((skipped + 1))
+else
     stage "fuzzing (short)"     fuzz/run.sh "${FUZZ_SECONDS:-10}"
 fi
 rm -f "$log"

@@ -9,7 +9,8 @@
 #               at the versions tests/requirements.txt pins
 # Each is done once: a second run finds them and returns at once.
 # The CUDA toolkit is not installed here: BACKEND=cuda needs nvcc on the PATH (NVIDIA's
-# packages); without it the CPU backend is built and tested alone.
+# packages); without it the CPU backend is built and tested alone (and under CI=true, whose
+# image has the toolkit, scripts/check.sh counts the CUDA build failed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(build-essential clang libclang-rt-14-dev gnuplot-nox curl ca-certificates python3-venv)
@@ -37,6 +38,8 @@ else
     echo "setup: installing tests/requirements.txt into $venv"
     rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/requirements.txt
+    # wheels only: a version without one for this platform fails here, naming it, rather than
+    # starting a Rust build of tiktoken
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: -r tests/requirements.txt
     cp tests/requirements.txt "$venv/requirements.txt"
 fi

@@ -1,14 +1,18 @@
 // cli.h: for the tests that run a program as a user would (tests/test_cli.c,
-// tests/test_data_parallel.c): a scratch folder, shell commands whose output is captured, and
-// token files to train on.
+// tests/test_data_parallel.c, tests/test_interrupt.c): a scratch folder, shell commands whose
+// output is captured, a program started in the background to be signalled, and token files to
+// train on.
 #ifndef TESTS_CLI_H
 #define TESTS_CLI_H
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -51,6 +55,48 @@ static int run(const char *fmt, ...) {
     output[n] = '\0';
     if (f) fclose(f);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+// a file's text, its first sizeof(output) - 1 bytes, in `output`
+static const char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(output, 1, sizeof(output) - 1, f) : 0;
+    output[n] = '\0';
+    if (f) fclose(f);
+    return output;
+}
+
+static void sleep_ms(double ms) {
+    struct timespec ts = {(time_t)(ms / 1000), (long)((ms - 1000 * (long)(ms / 1000)) * 1e6)};
+    nanosleep(&ts, NULL);
+}
+
+// starts the shell command `cmd` in the background, its stdout and stderr into log; returns
+// its pid. The log is removed first, so that what the caller reads in it is this run's own
+// output (the child's shell truncates it only once it runs: until then an earlier run's text
+// would be read).
+static pid_t start_logged(const char *cmd, const char *log) {
+    char full[8600];
+    unlink(log);
+    snprintf(full, sizeof(full), "exec %s > %s 2>&1", cmd, log);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+// waits, up to 60 s, until text appears in the log of the running process pid; returns 1, or
+// 0 when pid ended first (it is left to the caller's waitpid) or the time ran out
+static int wait_for_text(pid_t pid, const char *log, const char *text) {
+    for (int w = 0; w < 6000; w++) {
+        if (strstr(slurp(log), text)) return 1;
+        siginfo_t info = {0};
+        if (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) return 0;
+        sleep_ms(10);
+    }
+    return 0;
 }
 
 // a token file (llm.c format: a header of 256 int32, magic and version and the token count it

@@ -2,9 +2,12 @@
 // here: a full run with validation, sampling and checkpoints; bit-exact resume; and every
 // kind of bad input, each of which must end with a clear message and a non-zero exit.
 // The binary under test is $BUILD/train_gpt2 (make test sets BUILD).
+#include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -313,6 +316,100 @@ static void test_output_folder(void) {
     CHECK(strcmp(output, "1\n4\n") == 0, "log.csv: 1 header and 4 train lines after resuming: '%s'", output);
 }
 
+// waits up to 60 s for pid to end; returns its status, or -1 when it had to be killed
+static int wait_ended(pid_t pid) {
+    int status;
+    for (int w = 0; w < 6000; w++) {
+        if (waitpid(pid, &status, WNOHANG) == pid) return status;
+        sleep_ms(10);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+// the newest state_<step>.bin in the folder, or -1
+static int latest_state(const char *folder) {
+    run("ls %s/%s | sed -n -E 's/^state_0*([0-9]+)[.]bin$/\\1/p' | sort -n | tail -n 1", dir, folder);
+    return output[0] ? atoi(output) : -1;
+}
+
+// SIGTERM, as a scheduler sends it: the step in flight ends, its checkpoint is written, and the
+// exit status is 128 + 15; the run resumes from that checkpoint
+static void test_sigterm(void) {
+    char log[512], cmd[2048];
+    snprintf(log, sizeof(log), "%s/term.txt", dir);
+    snprintf(cmd, sizeof(cmd), "%s " RUN " -x 1000000 -o %s/term", bin, dir, dir);
+    pid_t pid = start_logged(cmd, log);
+    int trained = wait_for_text(pid, log, "step    1/");   // (stdout is flushed after each step)
+    CHECK(trained, "the run to be sent SIGTERM trains a step:\n%s", slurp(log));
+    kill(pid, SIGTERM);
+    int status = wait_ended(pid);
+    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 143,
+          "SIGTERM: exit 143 (status %d):\n%s", status, slurp(log));
+    int step = -1;
+    const char *note = strstr(slurp(log), "interrupted after step ");
+    CHECK(note && sscanf(note, "interrupted after step %d: resume with the same flags", &step) == 1,
+          "SIGTERM: the run says where to resume:\n%s", output);
+    CHECK(step >= 1 && latest_state("term") == step, "SIGTERM: the checkpoint of step %d written (latest %d)",
+          step, latest_state("term"));
+    CHECK(count_files("term", "[.]tmp[.]") == 0, "SIGTERM: no temporary file left");
+    int rc = run("%s " RUN " -x %d -o %s/term -y 1", bin, dir, step + 1, dir);
+    CHECK(rc == 0 && strstr(output, "resumed from"), "the run stopped by SIGTERM resumes:\n%s", output);
+}
+
+// A second SIGINT ends the run at once, by the signal, its temporary files removed and the
+// checkpoints before it intact. So that the first SIGINT's checkpoint cannot end the run before
+// the second arrives, the run is held: its stdout is a pipe of one page that this test stops
+// reading once it is nearly full, so the run cannot write its last lines and exit (a handler
+// interrupts the blocked write, and SA_RESTART resumes it).
+static void test_second_interrupt(void) {
+    char log[512], cmd[2048], buf[1 << 16];
+    snprintf(log, sizeof(log), "%s/second.txt", dir);
+    snprintf(cmd, sizeof(cmd), "exec %s " RUN " -x 1000000 -n 1 -o %s/second 2> %s", bin, dir, dir, log);
+    int fds[2];
+    CHECK(pipe(fds) == 0, "a pipe for the run's output");
+    int capacity = fcntl(fds[1], F_SETPIPE_SZ, 4096);
+    CHECK(capacity > 0, "the pipe's size set to a page (%d)", capacity);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    // read up to the first checkpoint, then no more: 512 bytes left, less than the run's last lines
+    size_t n = 0;
+    buf[0] = '\0';
+    while (n < sizeof(buf) - 1 && !strstr(buf, "saved checkpoint")) {
+        ssize_t r = read(fds[0], buf + n, sizeof(buf) - 1 - n);
+        if (r <= 0) break;
+        buf[n += (size_t)r] = '\0';
+    }
+    CHECK(strstr(buf, "saved checkpoint") != NULL, "the run saves a first checkpoint:\n%s", buf);
+    int queued = 0;
+    for (int w = 0; w < 6000 && queued < capacity - 512; w++) {
+        if (ioctl(fds[0], FIONREAD, &queued) != 0) break;
+        sleep_ms(10);
+    }
+    CHECK(queued >= capacity - 512, "the run fills the pipe (%d of %d bytes)", queued, capacity);
+    kill(pid, SIGINT);
+    int noted = wait_for_text(pid, log, "interrupt again to quit at once");
+    CHECK(noted, "the first SIGINT is noted:\n%s", slurp(log));
+    kill(pid, SIGINT);
+    int status = wait_ended(pid);
+    close(fds[0]);
+    CHECK(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
+          "a second SIGINT ends the run by the signal (status %d):\n%s", status, slurp(log));
+    CHECK(count_files("second", "[.]tmp[.]") == 0, "the second SIGINT leaves no temporary file");
+    int step = latest_state("second");
+    CHECK(step >= 1, "the checkpoints before the second SIGINT are kept (latest %d)", step);
+    int rc = run("%s " RUN " -x %d -o %s/second -y 1", bin, dir, step + 1, dir);
+    CHECK(rc == 0 && strstr(output, "resumed from"), "the run resumes from its latest checkpoint:\n%s", output);
+}
+
 // the training-state file: every corruption named as one, never blamed on the learning rate
 static void test_bad_state(void) {
     int rc = run("%s " RUN " -x 2 -o %s/st", bin, dir, dir);
@@ -362,5 +459,7 @@ int main(void) {
     test_bad_token_ids(&rng);
     test_output_folder();
     test_bad_state();
+    test_sigterm();
+    test_second_interrupt();
     return cli_finish(test_summary());
 }
