@@ -23,7 +23,7 @@ static char output[1 << 16];       // what the last run() printed, stdout and st
 
 // finds $BUILD/<program> (make test sets BUILD) and makes the scratch folder /tmp/<name>_XXXXXX;
 // returns 0, or 1 with a message when either fails
-static int cli_init(const char *program, const char *name) {
+static inline int cli_init(const char *program, const char *name) {
     const char *build = getenv("BUILD");
     snprintf(bin, sizeof(bin), "%s/%s", build ? build : "build/cpu-flash", program);
     if (access(bin, X_OK) != 0) {
@@ -40,8 +40,8 @@ static int cli_init(const char *program, const char *name) {
 
 // runs a shell command with stdout and stderr captured into `output`; returns the exit code
 // (128 when the command did not exit normally, e.g. a crash)
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...) {
+static inline int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int run(const char *fmt, ...) {
     char cmd[8192], path[300], full[8600];
     va_list ap;
     va_start(ap, fmt);
@@ -58,7 +58,7 @@ static int run(const char *fmt, ...) {
 }
 
 // a file's text, its first sizeof(output) - 1 bytes, in `output`
-static const char *slurp(const char *path) {
+static inline const char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     size_t n = f ? fread(output, 1, sizeof(output) - 1, f) : 0;
     output[n] = '\0';
@@ -66,7 +66,7 @@ static const char *slurp(const char *path) {
     return output;
 }
 
-static void sleep_ms(double ms) {
+static inline void sleep_ms(double ms) {
     struct timespec ts = {(time_t)(ms / 1000), (long)((ms - 1000 * (long)(ms / 1000)) * 1e6)};
     nanosleep(&ts, NULL);
 }
@@ -75,7 +75,7 @@ static void sleep_ms(double ms) {
 // its pid. The log is removed first, so that what the caller reads in it is this run's own
 // output (the child's shell truncates it only once it runs: until then an earlier run's text
 // would be read).
-static pid_t start_logged(const char *cmd, const char *log) {
+static inline pid_t start_logged(const char *cmd, const char *log) {
     char full[8600];
     unlink(log);
     snprintf(full, sizeof(full), "exec %s > %s 2>&1", cmd, log);
@@ -89,7 +89,7 @@ static pid_t start_logged(const char *cmd, const char *log) {
 
 // waits, up to 60 s, until text appears in the log of the running process pid; returns 1, or
 // 0 when pid ended first (it is left to the caller's waitpid) or the time ran out
-static int wait_for_text(pid_t pid, const char *log, const char *text) {
+static inline int wait_for_text(pid_t pid, const char *log, const char *text) {
     for (int w = 0; w < 6000; w++) {
         if (strstr(slurp(log), text)) return 1;
         siginfo_t info = {0};
@@ -101,7 +101,7 @@ static int wait_for_text(pid_t pid, const char *log, const char *text) {
 
 // a token file (llm.c format: a header of 256 int32, magic and version and the token count it
 // declares, then uint16 tokens) of ntokens random tokens below 1000
-static void write_token_file(const char *path, int ntokens, int magic, int version, int declared,
+static inline void write_token_file(const char *path, int ntokens, int magic, int version, int declared,
                              unsigned long long *rng) {
     int header[256] = {0};
     header[0] = magic;
@@ -118,7 +118,7 @@ static void write_token_file(const char *path, int ntokens, int magic, int versi
 }
 
 // train.bin (3000 tokens) and val.bin (600) in the scratch folder
-static void write_train_val(unsigned long long *rng) {
+static inline void write_train_val(unsigned long long *rng) {
     char p[512];
     snprintf(p, sizeof(p), "%s/train.bin", dir);
     write_token_file(p, 3000, 20240520, 1, 3000, rng);
@@ -126,9 +126,16 @@ static void write_train_val(unsigned long long *rng) {
     write_token_file(p, 600, 20240520, 1, 600, rng);
 }
 
+// whether two files have the same bytes
+static inline int files_equal(const char *a, const char *b) {
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "cmp -s %s %s", a, b);
+    return system(cmd) == 0;
+}
+
 // the end of main: rc from test_summary(); the scratch folder is removed when all passed and
 // kept, for a look, when not
-static int cli_finish(int rc) {
+static inline int cli_finish(int rc) {
     if (rc == 0) run("rm -rf %s", dir);
     else printf("files kept in %s\n", dir);
     return rc;

@@ -34,11 +34,6 @@ static int read_losses(const char *path, char lines[][512], int max) {
     return n;
 }
 
-static int files_equal(const char *a, const char *b) {
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "cmp -s %s %s", a, b);
-    return system(cmd) == 0;
-}
 
 #define TINY "-e d1 -b 2 -t 16 -m 2 -g 4"
 

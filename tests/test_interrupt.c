@@ -119,11 +119,6 @@ static int read_log(const char *folder, char lines[][160], int max, int *headers
     return n;
 }
 
-static int files_equal(const char *a, const char *b) {
-    char cmd[1200];
-    snprintf(cmd, sizeof(cmd), "cmp -s %s %s", a, b);
-    return system(cmd) == 0;
-}
 
 static void test_random_kills(unsigned long long *rng) {
     char log[512];
