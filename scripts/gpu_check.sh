@@ -67,11 +67,11 @@ stage_sanitize() {
             build/cuda-$attn/train_gpt2 $TRAIN_DATA -e d2 -b 2 -t 96 -x 2 -v 1 -m 1 -s 2 -g 4
     done
     run_logged "memcheck-attention" compute-sanitizer --tool memcheck --error-exitcode 1 \
-        build/cuda-flash/tests/gpu/test_attention_gpu --quick
+        build/cuda-flash/tests/gpu/test_attention_gpu --sanitize
     run_logged "racecheck-attention" compute-sanitizer --tool racecheck --error-exitcode 1 \
-        build/cuda-flash/tests/gpu/test_attention_gpu --quick
+        build/cuda-flash/tests/gpu/test_attention_gpu --sanitize
     run_logged "synccheck-attention" compute-sanitizer --tool synccheck --error-exitcode 1 \
-        build/cuda-flash/tests/gpu/test_attention_gpu --quick
+        build/cuda-flash/tests/gpu/test_attention_gpu --sanitize
     # generation from a checkpoint of its own (2 steps of d2), so the stage runs alone too
     rm -rf "$OUT/sanitize-model"
     build/cuda-flash/train_gpt2 $TRAIN_DATA -e d2 -b 2 -t 64 -x 2 -v 0 -s 0 -o "$OUT/sanitize-model" \

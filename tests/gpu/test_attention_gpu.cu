@@ -19,8 +19,10 @@
 // checked to be; its dq is summed with fp32 atomics in an order that varies, so two runs may
 // differ in the last bits: the difference is printed, not asserted.
 //
-// usage: test_attention_gpu [--quick | --max-t N]
-//   --max-t N  skip the cases with T > N; --quick = --max-t 65 (for compute-sanitizer)
+// usage: test_attention_gpu [--quick | --sanitize | --max-t N]
+//   --max-t N  skip the cases with T > N; --quick = --max-t 65
+//   --sanitize five small cases that reach every path of the kernels (ring wrap-around, both
+//              head sizes, the Hopper forward's 3-consumer kernel): for compute-sanitizer
 // Without a CUDA device it prints SKIP and exits 0.
 #include <math.h>
 #include <stdint.h>
@@ -398,13 +400,16 @@ static void run_long_case(const Case *cs, unsigned long long *rng) {
 
 int main(int argc, char **argv) {
     long max_t = 1L << 30;
+    int sanitize = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-t") && i + 1 < argc) {
             max_t = strtol(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--quick")) {
             max_t = 65;
+        } else if (!strcmp(argv[i], "--sanitize")) {
+            sanitize = 1;
         } else {
-            fprintf(stderr, "usage: %s [--quick | --max-t N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick | --sanitize | --max-t N]\n", argv[0]);
             return 2;
         }
     }
@@ -425,14 +430,28 @@ int main(int argc, char **argv) {
 
     // T: not multiples of any tile (1, 7, 63, 65, 127, 129, 1000, 4097) and multiples (64, 128,
     // 1024); amplitude 4 gives logits of std ~5, peaked rows that exercise the online rescaling
+    // The Hopper forward's own edges too: 192-row query tiles (191, 192, 193), more K/V tiles
+    // than ring stages (640: 5 tiles), and its 3-consumer kernel, used above T = 1,024 (1025).
     const Case cases[] = {
         {1, 1, 1, 64, 2},    {2, 7, 3, 64, 2},    {1, 63, 2, 64, 2},   {2, 64, 2, 64, 2},
         {1, 65, 3, 64, 4},   {1, 127, 2, 64, 2},  {2, 128, 2, 64, 4},  {1, 129, 3, 64, 2},
-        {2, 1000, 2, 64, 2}, {1, 1024, 2, 64, 4}, {1, 4097, 2, 64, 2},
+        {1, 191, 2, 64, 2},  {1, 192, 2, 64, 4},  {2, 193, 2, 64, 2},  {1, 640, 2, 64, 2},
+        {2, 1000, 2, 64, 2}, {1, 1024, 2, 64, 4}, {1, 1025, 2, 64, 2}, {1, 4097, 2, 64, 2},
+        {1, 640, 2, 128, 2},
         {1, 1, 2, 128, 2},   {2, 7, 2, 128, 2},   {1, 63, 1, 128, 2},  {2, 64, 2, 128, 4},
         {1, 65, 2, 128, 2},  {1, 127, 2, 128, 4}, {1, 128, 2, 128, 2}, {2, 129, 1, 128, 2},
         {1, 1000, 2, 128, 4}, {2, 1024, 1, 128, 2}, {1, 4097, 2, 128, 2},
     };
+    // --sanitize (compute-sanitizer's runs, slow per launch): a few small cases that still reach
+    // every path of the kernels: one tile, a partial tile, the ring's wrap-around at both head
+    // sizes and the 3-consumer Hopper forward
+    const Case sanitize_cases[] = {{1, 65, 1, 64, 2}, {1, 129, 1, 128, 2}, {1, 640, 1, 64, 2},
+                                   {1, 640, 1, 128, 2}, {1, 1025, 1, 64, 2}};
+    if (sanitize) {
+        for (size_t i = 0; i < sizeof(sanitize_cases) / sizeof(sanitize_cases[0]); i++)
+            run_case(&sanitize_cases[i], &rng);
+        return test_summary();
+    }
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (cases[i].T > max_t) continue;
         run_case(&cases[i], &rng);
