@@ -1,6 +1,6 @@
 # GPU test of the attention backends (included by the Makefile; CUDA builds only).
 #   make BACKEND=cuda gpu-tests      (or the binary: build/cuda-flash/tests/gpu/test_attention_gpu)
-#   build/cuda-flash/tests/gpu/test_attention_gpu [--quick | --max-t N]
+#   build/cuda-flash/tests/gpu/test_attention_gpu [--quick | --sanitize | --max-t N]
 # Every CUDA backend is linked into one program, its symbols prefixed by its name
 # (naive_attention_forward, flash_attention_forward, ...: prefix_symbols in the Makefile), as
 # the CPU test does with attention/*.c.
