@@ -366,16 +366,7 @@ static int resume_from(const Options *o, GPT2 *model, TrainState *s) {
     if (train_state_check(s, (uint64_t)size, err, sizeof(err)) != 0) die("%s: %s", path, err);
     // one pass over the optimizer state before it is used: a corrupt value would otherwise
     // surface steps later as a diverged loss
-    enum { CHUNK = 1 << 16 };
-    float *chunk = malloc(CHUNK * sizeof(float));
-    if (!chunk) die("out of host memory reading %s", path);
-    uint64_t total = (uint64_t)(size - (long)sizeof(*s)) / sizeof(float);
-    for (uint64_t first = 0; first < total; first += CHUNK) {
-        size_t n = total - first < CHUNK ? (size_t)(total - first) : CHUNK;
-        fread_or_die(chunk, sizeof(float), n, f, path);
-        if (train_state_check_values(s, chunk, first, n, err, sizeof(err)) != 0) die("%s: %s", path, err);
-    }
-    free(chunk);
+    if (train_state_check_values(s, f, err, sizeof(err)) != 0) die("%s: %s", path, err);
     if (s->header[2] != step) die("%s: holds step %d, its name says %d", path, s->header[2], step);
     if (s->num_parameters != model->num_parameters || s->header[6] != (model->master_weights != NULL))
         die("%s: written for a model of %llu parameters%s; the checkpoint beside it has %zu%s",

@@ -45,17 +45,25 @@ int train_state_check(const TrainState *s, uint64_t file_size, char *err, size_t
     return 0;
 }
 
-int train_state_check_values(const TrainState *s, const float *values, uint64_t first, size_t n,
-                             char *err, size_t err_len) {
+int train_state_check_values(const TrainState *s, FILE *f, char *err, size_t err_len) {
     static const char *const names[3] = {"AdamW first moments", "AdamW second moments",
                                          "master weights"};
-    for (size_t i = 0; i < n; i++) {
-        float v = values[i];
-        uint64_t index = first + i, array = index / s->num_parameters;
-        if (isfinite(v) && (array != 1 || v >= 0.0f)) continue;
-        return fail_with(err, err_len, "the file is corrupt: value %llu of the %s (byte %llu) is %g",
-                         (unsigned long long)(index % s->num_parameters), names[array < 3 ? array : 2],
-                         (unsigned long long)(sizeof(TrainState) + index * sizeof(float)), (double)v);
+    enum { CHUNK = 1 << 14 };
+    float chunk[CHUNK];
+    uint64_t total = (uint64_t)arrays(s->header[6]) * s->num_parameters;
+    for (uint64_t first = 0; first < total; first += CHUNK) {
+        size_t n = total - first < CHUNK ? (size_t)(total - first) : CHUNK;
+        if (fread(chunk, sizeof(float), n, f) != n)
+            return fail_with(err, err_len, "truncated or unreadable at value %llu of the optimizer state",
+                             (unsigned long long)first);
+        for (size_t i = 0; i < n; i++) {
+            float v = chunk[i];
+            uint64_t index = first + i, array = index / s->num_parameters;
+            if (isfinite(v) && (array != 1 || v >= 0.0f)) continue;
+            return fail_with(err, err_len, "the file is corrupt: value %llu of the %s (byte %llu) is %g",
+                             (unsigned long long)(index % s->num_parameters), names[array < 3 ? array : 2],
+                             (unsigned long long)(sizeof(TrainState) + index * sizeof(float)), (double)v);
+        }
     }
     return 0;
 }
@@ -64,13 +72,10 @@ int train_state_parse(const uint8_t *data, size_t size, TrainState *out, char *e
     memset(out, 0, sizeof(*out));
     if (size >= sizeof(TrainState)) memcpy(out, data, sizeof(TrainState));
     if (train_state_check(out, size, err, err_len) != 0) return -1;
-    uint64_t n = (size - sizeof(TrainState)) / sizeof(float);
-    const uint8_t *p = data + sizeof(TrainState);
-    float chunk[1024];   // the floats are not aligned in data: copied out first
-    for (uint64_t first = 0; first < n; first += 1024) {
-        size_t m = n - first < 1024 ? (size_t)(n - first) : 1024;
-        memcpy(chunk, p + first * sizeof(float), m * sizeof(float));
-        if (train_state_check_values(out, chunk, first, m, err, err_len) != 0) return -1;
-    }
-    return 0;
+    // the check above leaves at least one parameter's arrays after the header: never empty
+    FILE *f = fmemopen((void *)(data + sizeof(TrainState)), size - sizeof(TrainState), "rb");
+    if (!f) return fail_with(err, err_len, "cannot read the file from memory");
+    int rc = train_state_check_values(out, f, err, err_len);
+    fclose(f);
+    return rc;
 }

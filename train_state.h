@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define TRAIN_STATE_MAGIC 20241129
 #define TRAIN_STATE_VERSION 1
@@ -31,13 +32,13 @@ uint64_t train_state_bytes(uint64_t num_parameters, int has_master);
 // state the header announces after it. Returns 0, or -1 with the reason in err.
 int train_state_check(const TrainState *s, uint64_t file_size, char *err, size_t err_len);
 
-// Checks n optimizer-state floats that start at index first of the floats after the header
-// (index / num_parameters: 0 first moments, 1 second moments, 2 master weights): each finite,
-// second moments not negative. Returns 0, or -1 naming the array, index and byte offset.
-int train_state_check_values(const TrainState *s, const float *values, uint64_t first, size_t n,
-                             char *err, size_t err_len);
+// Checks the optimizer-state floats that follow the header, read from f (positioned just
+// after it) in chunks: each finite, second moments not negative. Returns 0, or -1 naming the
+// array (first moments, second moments, master weights), the index and the byte offset, or
+// the read error.
+int train_state_check_values(const TrainState *s, FILE *f, char *err, size_t err_len);
 
-// A whole file in memory: train_state_check, then train_state_check_values on every float.
+// A whole file in memory: train_state_check, then train_state_check_values on what follows.
 int train_state_parse(const uint8_t *data, size_t size, TrainState *out, char *err, size_t err_len);
 
 #endif
