@@ -217,10 +217,10 @@ static float bf16_bits_to_float(uint16_t bits) {
 void gpt2_load_checkpoint(GPT2 *model, const char *path) {
     FILE *f = fopen_or_die(path, "rb");
     long file_size = file_size_or_die(f, path);
-    int header[256];
+    int header[CHECKPOINT_HEADER_INTS];
     if (file_size < (long)sizeof(header))
         die("%s: not a model checkpoint: %ld bytes, shorter than the 1024-byte header", path, file_size);
-    fread_or_die(header, sizeof(int), 256, f, path);
+    fread_or_die(header, sizeof(int), CHECKPOINT_HEADER_INTS, f, path);
     if (header[0] != CHECKPOINT_MAGIC)
         die("%s: not a model checkpoint: bad magic %d (expected %d)", path, header[0], CHECKPOINT_MAGIC);
     int version = header[1];
@@ -258,12 +258,12 @@ void gpt2_load_checkpoint(GPT2 *model, const char *path) {
 }
 
 size_t gpt2_checkpoint_bytes(const GPT2 *model) {
-    return 256 * sizeof(int) + model->num_parameters * sizeof(floatX);
+    return CHECKPOINT_HEADER_INTS * sizeof(int) + model->num_parameters * sizeof(floatX);
 }
 
 void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
     const GPT2Config *c = &model->config;
-    int header[256] = {0};
+    int header[CHECKPOINT_HEADER_INTS] = {0};
     int fp32 = sizeof(floatX) == sizeof(float);
     header[0] = CHECKPOINT_MAGIC;
     header[1] = fp32 ? CHECKPOINT_VERSION_FP32 : CHECKPOINT_VERSION_BF16;
@@ -298,10 +298,10 @@ static const int recompute_levels[NUM_ACTIVATION_TENSORS] = {
 #undef RECOMPUTE_LEVEL
 #undef NEVER
 
-// whether the model's forward keeps one buffer of tensor act (ACT_*) for all layers, which
-// backward therefore recomputes for each layer before using it
 const char *const gpt2_recompute_names[RECOMPUTE_LEVELS] = {"none", "GELU", "GELU and layernorm"};
 
+// whether the model's forward keeps one buffer of tensor act (ACT_*) for all layers, which
+// backward therefore recomputes for each layer before using it
 static int recomputed(const GPT2 *model, int act) { return model->recompute >= recompute_levels[act]; }
 
 // bias gradients in backward come from the matmuls of OC = 3C, C and 4C

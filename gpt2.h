@@ -17,6 +17,7 @@
 #define CHECKPOINT_MAGIC 20240326      // llm.c model file
 #define CHECKPOINT_VERSION_FP32 3
 #define CHECKPOINT_VERSION_BF16 5
+#define CHECKPOINT_HEADER_INTS 256   // the header: int32s, then the parameters
 
 typedef struct {
     int max_seq_len;        // maxT, rows of wpe

@@ -397,7 +397,7 @@ int main(int argc, char **argv) {
     }
     check_nothing_left(&st, L);
 
-    int header[256] = {0};
+    int header[CHECKPOINT_HEADER_INTS] = {0};
     header[0] = CHECKPOINT_MAGIC;
     header[1] = bf16 ? 5 : 3;
     header[2] = (int)maxT;
