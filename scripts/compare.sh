@@ -36,6 +36,23 @@ cd "$(dirname "$0")/.."
 
 usage() { sed -n '/^# usage:/,/^#   20 steps/p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "error: compare.sh: $*" >&2; exit 1; }
+# a figure of a run's summary line ("summary: N steps, final train loss X, final val loss X,
+# X ms/step, X tok/s (mean over steps after the first), ..., peak <backend> memory X UNIT"),
+# or stop where the log has none: ms, tok_s, memory, train, val
+figure() {   # figure LOG WHAT
+    local line v
+    line=$(grep '^summary:' "$1" | tail -n 1)
+    [ -n "$line" ] || die "no summary line in $1"
+    case "$2" in
+        ms)     v=$(echo "$line" | sed -nE 's/.* ([0-9.]+) ms\/step.*/\1/p') ;;
+        tok_s)  v=$(echo "$line" | sed -nE 's/.* ([0-9.]+) tok\/s.*/\1/p') ;;
+        memory) v=$(echo "$line" | sed -nE 's/.*peak [a-z]+ memory ([0-9.]+ [KMGT]?i?B).*/\1/p') ;;
+        train)  v=$(echo "$line" | sed -nE 's/.*final train loss ([0-9.naif-]+),.*/\1/p') ;;
+        val)    v=$(echo "$line" | sed -nE 's/.*final val loss ([0-9.naif-]+),.*/\1/p') ;;
+    esac
+    [ -n "$v" ] || die "no '$2' figure in the summary line of $1"
+    echo "$v"
+}
 to_bytes() {   # "131.8 MiB" -> bytes
     echo "$1" | awk '{ m = 1; u = $2
         if (u == "KiB") m = 1024; else if (u == "MiB") m = 1048576
@@ -190,11 +207,9 @@ if [ "$sweep" != none ]; then
             log="$out/sweep_${attn}_T$t.log"
             echo "compare: sweep T=$t B=$b, $attn: build/$backend-$attn/train_gpt2 ${flags[*]}"
             if "build/$backend-$attn/train_gpt2" "${flags[@]}" >"$log" 2>&1; then
-                line=$(grep '^summary:' "$log" | tail -n 1)
-                ms=$(echo "$line" | sed -nE 's/.* ([0-9.]+) ms\/step.*/\1/p')
-                tok=$(echo "$line" | sed -nE 's/.* ([0-9.]+) tok\/s.*/\1/p')
-                mem=$(echo "$line" | sed -nE 's/.*peak [a-z]+ memory ([0-9.]+ [KMGT]?i?B).*/\1/p')
-                [ -n "$ms" ] && [ -n "$tok" ] && [ -n "$mem" ] || die "no ms/step, tok/s or peak memory in the summary line of $log"
+                ms=$(figure "$log" ms)   # one a line: set -e stops at a missing one
+                tok=$(figure "$log" tok_s)
+                mem=$(figure "$log" memory)
                 echo "$t,$b,$attn,ok,$ms,$tok,$(to_bytes "$mem")" >>"$out/sweep.csv"
                 echo "  $ms ms/step, $tok tok/s, peak $mem"
             elif grep -qE 'error: out of [A-Za-z ]*memory' "$log"; then
@@ -253,35 +268,17 @@ fi
 # ---- the table ---------------------------------------------------------------------------------------
 # from a run's summary line: "summary: N steps, final train loss X, final val loss X,
 # X ms/step, X tok/s (mean over steps after the first), peak <backend> memory X UNIT"
-summary_field() {   # summary_field ATTN WHAT
-    local line
-    line=$(grep '^summary:' "$out/train_$1.log" | tail -n 1)
-    [ -n "$line" ] || die "no summary line in $out/train_$1.log"
-    case "$2" in
-        ms)     echo "$line" | sed -nE 's/.* ([0-9.]+) ms\/step.*/\1/p' ;;
-        tok_s)  echo "$line" | sed -nE 's/.* ([0-9.]+) tok\/s.*/\1/p' ;;
-        memory) echo "$line" | sed -nE 's/.*peak [a-z]+ memory ([0-9.]+ [KMGT]?i?B).*/\1/p' ;;
-        train)  echo "$line" | sed -nE 's/.*final train loss ([0-9.naif-]+),.*/\1/p' ;;
-        val)    echo "$line" | sed -nE 's/.*final val loss ([0-9.naif-]+),.*/\1/p' ;;
-    esac
-}
-figure() {   # figure ATTN WHAT: summary_field, or stop where the summary line lacks it
-    local v
-    v=$(summary_field "$1" "$2")
-    [ -n "$v" ] || die "no '$2' figure in the summary line of $out/train_$1.log"
-    echo "$v"
-}
 # one assignment a line, so that set -e stops at a missing figure
-ms_naive=$(figure naive ms)
-ms_flash=$(figure flash ms)
-tok_s_naive=$(figure naive tok_s)
-tok_s_flash=$(figure flash tok_s)
-memory_naive=$(figure naive memory)
-memory_flash=$(figure flash memory)
-train_naive=$(figure naive train)
-train_flash=$(figure flash train)
-val_naive=$(figure naive val)
-val_flash=$(figure flash val)
+ms_naive=$(figure "$out/train_naive.log" ms)
+ms_flash=$(figure "$out/train_flash.log" ms)
+tok_s_naive=$(figure "$out/train_naive.log" tok_s)
+tok_s_flash=$(figure "$out/train_flash.log" tok_s)
+memory_naive=$(figure "$out/train_naive.log" memory)
+memory_flash=$(figure "$out/train_flash.log" memory)
+train_naive=$(figure "$out/train_naive.log" train)
+train_flash=$(figure "$out/train_flash.log" train)
+val_naive=$(figure "$out/train_naive.log" val)
+val_flash=$(figure "$out/train_flash.log" val)
 
 # the machine: the program's own "| device |" line (the GPU's name first), and on the CPU its model
 device=$(sed -nE 's/^\| device +\| (.*)$/\1/p' "$out/train_flash.log" | head -n 1)
