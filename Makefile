@@ -55,7 +55,7 @@ BUILD = build/$(VARIANT)
 
 # ---- sources --------------------------------------------------------------------------
 CORE_SRC = gpt2.c gpt2_decode.c sampler.c utils.c data/dataloader.c data/tokenizer.c
-BPE_SRC = data/bpe.c
+BPE_SRC = data/bpe.c data/json.c
 ifeq ($(BACKEND),cuda)
 CFLAGS += -DBACKEND_CUDA
 # flash: the mma.sync kernels (flash.cu, for CUDA_ARCH) and the Hopper forward (flash_sm90.cu,

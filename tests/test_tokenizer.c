@@ -210,14 +210,14 @@ static void test_synthetic_vocab(void) {
         {"missing <|endoftext|>", "json", ", \"<|endoftext|>\": 261", "", "no <|endoftext|>"},
         {"duplicate id", "json", "\"<|endoftext|>\": 261", "\"<|endoftext|>\": 260", "two tokens"},
         {"id out of range", "json", "\"<|endoftext|>\": 261", "\"<|endoftext|>\": 9999", "out of range"},
-        {"negative id", "json", "\"<|endoftext|>\": 261", "\"<|endoftext|>\": -1", "expected a token id"},
+        {"negative id", "json", "\"<|endoftext|>\": 261", "\"<|endoftext|>\": -1", "a token id: -1 is out of range"},
         {"a token made by no merge", "merges", "a bc\n", "", "made by no merge"},
         {"a character outside the byte alphabet", "json", "\"<|endoftext|>\"", "\" \"", "byte alphabet"},
         {"not JSON", "json", "{", "[", "not a JSON object"},
         {"truncated JSON", "json", "261}", "261", "expected ',' or '}'"},
         {"unterminated string", "json", "\"<|endoftext|>\": 261}", "\"<|endoftext", "unterminated"},
         {"lone surrogate", "json", "\"<|endoftext|>\"", "\"\\ud800\"", "surrogate"},
-        {"trailing text", "json", "261}", "261} x", "after the object"},
+        {"trailing text", "json", "261}", "261} x", "text after the JSON value"},
         {"a gap in the ids", "json", "\"\\u0041\": 65, ", "", "out of range"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
