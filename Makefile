@@ -163,6 +163,8 @@ $(BUILD)/tests/test_attention: $(call obj,tests/test_attention.c) $(ATTENTION_BA
 	$(LINK) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/test_tokenizer: $(call obj,tests/test_tokenizer.c $(BPE_SRC)) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS)
+$(BUILD)/tests/test_json: $(call obj,tests/test_json.c data/json.c) $(CORE_OBJ)
+	$(LINK) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/%: $(call obj,tests/%.c) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS)
 

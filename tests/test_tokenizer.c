@@ -218,6 +218,9 @@ static void test_synthetic_vocab(void) {
         {"unterminated string", "json", "\"<|endoftext|>\": 261}", "\"<|endoftext", "unterminated"},
         {"lone surrogate", "json", "\"<|endoftext|>\"", "\"\\ud800\"", "surrogate"},
         {"trailing text", "json", "261}", "261} x", "text after the JSON value"},
+        {"invalid UTF-8 in a key", "json", "\"<|endoftext|>\"", "\"<|endoftext|>\xFF\"", "invalid UTF-8 (byte 0xFF)"},
+        {"a leading zero (not JSON)", "json", "261}", "0261}", "expected ',' or '}', found '2'"},
+        {"an id with a fraction", "json", "261}", "261.0}", "a token id: 261.0 is not an integer"},
         {"a gap in the ids", "json", "\"\\u0041\": 65, ", "", "out of range"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
