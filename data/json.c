@@ -11,19 +11,19 @@ Json json_reader(const uint8_t *file, size_t n, size_t at, const char *name, cha
     return (Json){file + at, file, file + n, name, err, err_len};
 }
 
-// the message of json_fail, with the offset of at rather than of j->p
-static int fail_at(const Json *j, const uint8_t *at, const char *fmt, va_list ap) {
+// the message of json_fail, giving the offset of at (j->p, or where the piece at fault began)
+static void report(const Json *j, const uint8_t *at, const char *fmt, va_list ap) {
     char what[512];
     vsnprintf(what, sizeof(what), fmt, ap);
     size_t offset = (size_t)(at - j->start);
-    if (j->name) return fail_with(j->err, j->err_len, "%s: at byte %zu: %s", j->name, offset, what);
-    return fail_with(j->err, j->err_len, "at byte %zu: %s", offset, what);
+    if (j->name) fail_with(j->err, j->err_len, "%s: at byte %zu: %s", j->name, offset, what);
+    else fail_with(j->err, j->err_len, "at byte %zu: %s", offset, what);
 }
 
 int json_fail(const Json *j, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fail_at(j, j->p, fmt, ap);
+    report(j, j->p, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -32,7 +32,7 @@ static int json_fail_at(const Json *j, const uint8_t *at, const char *fmt, ...) 
 static int json_fail_at(const Json *j, const uint8_t *at, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fail_at(j, at, fmt, ap);
+    report(j, at, fmt, ap);
     va_end(ap);
     return -1;
 }
