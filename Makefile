@@ -55,7 +55,7 @@ BUILD = build/$(VARIANT)
 
 # ---- sources --------------------------------------------------------------------------
 CORE_SRC = gpt2.c gpt2_decode.c sampler.c utils.c data/dataloader.c data/tokenizer.c
-BPE_SRC = data/bpe.c
+BPE_SRC = data/bpe.c data/json.c
 ifeq ($(BACKEND),cuda)
 CFLAGS += -DBACKEND_CUDA
 # flash: the mma.sync kernels (flash.cu, for CUDA_ARCH) and the Hopper forward (flash_sm90.cu,
@@ -163,6 +163,8 @@ $(BUILD)/tests/test_attention: $(call obj,tests/test_attention.c) $(ATTENTION_BA
 	$(LINK) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/test_tokenizer: $(call obj,tests/test_tokenizer.c $(BPE_SRC)) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS)
+$(BUILD)/tests/test_json: $(call obj,tests/test_json.c data/json.c) $(CORE_OBJ)
+	$(LINK) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/%: $(call obj,tests/%.c) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS)
 

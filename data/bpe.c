@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../utils.h"
+#include "json.h"
 
 // GPT-2's split pattern (encoder.py), with \s written \p{White_Space} and \S \P{White_Space}.
 // GPT-2 ran it with Python's `regex` module, whose \s is Unicode's White_Space property, and so
@@ -121,42 +122,6 @@ static void byte_alphabet(int byte_of_codepoint[ALPHABET_CODEPOINTS]) {
     }
 }
 
-// Decode one UTF-8 character (strictly: no overlongs, surrogates or values past U+10FFFF).
-// Returns its length, or 0 when p does not start a valid character.
-static int utf8_decode(const uint8_t *p, const uint8_t *end, uint32_t *cp) {
-    size_t avail = (size_t)(end - p);
-    if (avail == 0) return 0;
-    uint8_t b = p[0];
-    if (b < 0x80) { *cp = b; return 1; }
-    int len;
-    uint32_t c, min;
-    if ((b & 0xE0) == 0xC0) { len = 2; c = b & 0x1F; min = 0x80; }
-    else if ((b & 0xF0) == 0xE0) { len = 3; c = b & 0x0F; min = 0x800; }
-    else if ((b & 0xF8) == 0xF0) { len = 4; c = b & 0x07; min = 0x10000; }
-    else return 0;
-    if (avail < (size_t)len) return 0;
-    for (int i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (p[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c < 0xE000)) return 0;
-    *cp = c;
-    return len;
-}
-
-static size_t utf8_encode(uint32_t cp, uint8_t out[4]) {
-    if (cp < 0x80) { out[0] = (uint8_t)cp; return 1; }
-    if (cp < 0x800) { out[0] = (uint8_t)(0xC0 | cp >> 6); out[1] = (uint8_t)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        out[0] = (uint8_t)(0xE0 | cp >> 12); out[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (uint8_t)(0xF0 | cp >> 18); out[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)); out[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 // Turn a token spelled in the byte alphabet (UTF-8 text) into its bytes; out holds n bytes at
 // least (one character is at least one byte). Returns the byte count, or -1 when the text has a
 // character outside the alphabet or is not UTF-8.
@@ -217,78 +182,7 @@ static int token_index_find(TokenIndex *ix, const uint8_t *s, size_t n, int inse
 }
 
 // ---- encoder.json ----------------------------------------------------------------------------
-// A JSON object of string keys and non-negative integer values, nothing more.
-
-typedef struct {
-    const uint8_t *p, *end;
-    const char *name;
-    char *err;
-    size_t err_len;
-} Json;
-
-static void json_ws(Json *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-
-static size_t json_offset(const Json *j, const uint8_t *start) { return (size_t)(j->p - start); }
-
-static int json_hex4(Json *j, uint32_t *v) {
-    if (j->end - j->p < 4) return -1;
-    *v = 0;
-    for (int i = 0; i < 4; i++) {
-        uint8_t c = j->p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        *v = *v * 16 + (uint32_t)d;
-    }
-    j->p += 4;
-    return 0;
-}
-
-// Parse a string (j->p at the opening quote) into buf as UTF-8. Returns 0 or -1.
-static int json_string(Json *j, ByteBuf *buf, const uint8_t *start) {
-    buf->len = 0;
-    j->p++;
-    while (1) {
-        if (j->p >= j->end)
-            return fail_with(j->err, j->err_len, "%s: unterminated string at end of file", j->name);
-        uint8_t c = *j->p;
-        if (c == '"') { j->p++; return 0; }
-        if (c < 0x20)
-            return fail_with(j->err, j->err_len, "%s: control character in a string at byte %zu", j->name,
-                        json_offset(j, start));
-        if (c != '\\') { bytebuf_append(buf, &c, 1); j->p++; continue; }
-        j->p++;
-        if (j->p >= j->end) return fail_with(j->err, j->err_len, "%s: unterminated escape at end of file", j->name);
-        uint8_t e = *j->p++;
-        uint8_t out[4];
-        const char *simple = strchr("\"\\/bfnrt", e);
-        if (e && simple) {
-            static const char decoded[] = "\"\\/\b\f\n\r\t";
-            out[0] = (uint8_t)decoded[simple - "\"\\/bfnrt"];
-            bytebuf_append(buf, out, 1);
-        } else if (e == 'u') {
-            uint32_t cp, lo;
-            if (json_hex4(j, &cp) != 0)
-                return fail_with(j->err, j->err_len, "%s: bad \\u escape at byte %zu", j->name, json_offset(j, start));
-            if (cp >= 0xD800 && cp < 0xDC00) {   // a UTF-16 surrogate pair spells one character
-                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') goto lone_surrogate;
-                j->p += 2;
-                if (json_hex4(j, &lo) != 0 || lo < 0xDC00 || lo >= 0xE000) goto lone_surrogate;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp < 0xE000) {
-                goto lone_surrogate;
-            }
-            bytebuf_append(buf, out, utf8_encode(cp, out));
-        } else {
-            return fail_with(j->err, j->err_len, "%s: bad escape '\\%c' at byte %zu", j->name, e,
-                        json_offset(j, start));
-        }
-    }
-lone_surrogate:
-    return fail_with(j->err, j->err_len, "%s: unpaired UTF-16 surrogate at byte %zu", j->name, json_offset(j, start));
-}
+// A JSON object of string keys and token ids (integers), nothing more; data/json.c reads it.
 
 typedef struct {
     ByteBuf keys;          // every key's bytes (already turned from the alphabet into raw bytes)
@@ -309,7 +203,7 @@ static void json_entries_free(JsonEntries *e) {
 static int parse_encoder_json(const uint8_t *data, size_t n, const char *name,
                               const int byte_of_codepoint[ALPHABET_CODEPOINTS], JsonEntries *out,
                               char *err, size_t err_len) {
-    Json j = {data, data + n, name, err, err_len};
+    Json j = json_reader(data, n, 0, name, err, err_len);
     memset(out, 0, sizeof(*out));
     out->eot_entry = -1;
     out->cap = 1024;
@@ -317,86 +211,48 @@ static int parse_encoder_json(const uint8_t *data, size_t n, const char *name,
     out->id = xmalloc(out->cap * sizeof(int));
     out->key_off[0] = 0;
     ByteBuf key = {0};
-    int rc = -1;
-    json_ws(&j);
-    if (j.p >= j.end || *j.p != '{') {
-        fail_with(err, err_len, "%s: not a JSON object (expected '{' at the start)", name);
+    int rc = -1, more;
+    if (json_peek(&j) != '{') {
+        json_fail(&j, "not a JSON object (expected '{' at the start)");
         goto done;
     }
     j.p++;
-    json_ws(&j);
-    if (j.p < j.end && *j.p == '}') {
-        j.p++;
-    } else {
-        while (1) {
-            json_ws(&j);
-            if (j.p >= j.end || *j.p != '"') {
-                fail_with(err, err_len, "%s: expected a string key at byte %zu", name, json_offset(&j, data));
-                goto done;
-            }
-            if (json_string(&j, &key, data) != 0) goto done;
-            json_ws(&j);
-            if (j.p >= j.end || *j.p != ':') {
-                fail_with(err, err_len, "%s: expected ':' at byte %zu", name, json_offset(&j, data));
-                goto done;
-            }
-            j.p++;
-            json_ws(&j);
-            long value = 0;
-            const uint8_t *digits = j.p;
-            while (j.p < j.end && *j.p >= '0' && *j.p <= '9') {
-                value = value * 10 + (*j.p - '0');
-                if (value >= MAX_VOCAB) break;
-                j.p++;
-            }
-            if (j.p == digits || value >= MAX_VOCAB || (j.p < j.end && (*j.p == '.' || *j.p == 'e' || *j.p == 'E'))) {
-                fail_with(err, err_len, "%s: expected a token id (an integer from 0 to %d) at byte %zu", name,
-                     MAX_VOCAB - 1, (size_t)(digits - data));
-                goto done;
-            }
-            if (out->n == out->cap) {
-                out->cap *= 2;
-                out->key_off = xrealloc(out->key_off, (out->cap + 1) * sizeof(size_t));
-                out->id = xrealloc(out->id, out->cap * sizeof(int));
-            }
-            if (key.len == EOT_LEN && memcmp(key.data, BPE_EOT_TEXT, EOT_LEN) == 0) {
-                if (out->eot_entry >= 0) {
-                    fail_with(err, err_len, "%s: %s appears twice", name, BPE_EOT_TEXT);
-                    goto done;
-                }
-                out->eot_entry = (int)out->n;
-                bytebuf_append(&out->keys, key.data, key.len);
-            } else {
-                if (key.len == 0) {
-                    fail_with(err, err_len, "%s: an empty token (id %ld)", name, value);
-                    goto done;
-                }
-                size_t at = out->keys.len;
-                bytebuf_append(&out->keys, key.data, key.len);   // reserve: bytes <= UTF-8 length
-                long len = alphabet_to_bytes(byte_of_codepoint, key.data, key.len, out->keys.data + at);
-                if (len < 0) {
-                    char q[96];
-                    fail_with(err, err_len, "%s: token \"%s\" (id %ld) is not spelled in GPT-2's byte alphabet", name,
-                         quote(key.data, key.len, q, sizeof(q)), value);
-                    goto done;
-                }
-                out->keys.len = at + (size_t)len;
-            }
-            out->id[out->n] = (int)value;
-            out->n++;
-            out->key_off[out->n] = out->keys.len;
-            json_ws(&j);
-            if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-            if (j.p < j.end && *j.p == '}') { j.p++; break; }
-            fail_with(err, err_len, "%s: expected ',' or '}' at byte %zu", name, json_offset(&j, data));
-            goto done;
+    for (size_t i = 0; (more = json_next(&j, '}', i)) > 0; i++) {
+        uint64_t value;
+        if (json_key(&j, &key) || json_uint(&j, "a token id", 0, MAX_VOCAB - 1, &value)) goto done;
+        if (out->n == out->cap) {
+            out->cap *= 2;
+            out->key_off = xrealloc(out->key_off, (out->cap + 1) * sizeof(size_t));
+            out->id = xrealloc(out->id, out->cap * sizeof(int));
         }
+        if (json_string_is(&key, BPE_EOT_TEXT)) {
+            if (out->eot_entry >= 0) {
+                fail_with(err, err_len, "%s: %s appears twice", name, BPE_EOT_TEXT);
+                goto done;
+            }
+            out->eot_entry = (int)out->n;
+            bytebuf_append(&out->keys, key.data, key.len);
+        } else {
+            if (key.len == 0) {
+                fail_with(err, err_len, "%s: an empty token (id %d)", name, (int)value);
+                goto done;
+            }
+            size_t at = out->keys.len;
+            bytebuf_append(&out->keys, key.data, key.len);   // reserve: bytes <= UTF-8 length
+            long len = alphabet_to_bytes(byte_of_codepoint, key.data, key.len, out->keys.data + at);
+            if (len < 0) {
+                char q[96];
+                fail_with(err, err_len, "%s: token \"%s\" (id %d) is not spelled in GPT-2's byte alphabet", name,
+                     quote(key.data, key.len, q, sizeof(q)), (int)value);
+                goto done;
+            }
+            out->keys.len = at + (size_t)len;
+        }
+        out->id[out->n] = (int)value;
+        out->n++;
+        out->key_off[out->n] = out->keys.len;
     }
-    json_ws(&j);
-    if (j.p != j.end) {
-        fail_with(err, err_len, "%s: unexpected text after the object at byte %zu", name, json_offset(&j, data));
-        goto done;
-    }
+    if (more < 0 || json_end(&j)) goto done;
     rc = 0;
 done:
     bytebuf_free(&key);

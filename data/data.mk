@@ -13,7 +13,7 @@
 # library: PCRE2 is linked only where text is encoded (data/bpe.c).
 
 DATA_SRC ?=
-TOKENIZER_OBJ = $(call obj,utils.c data/tokenizer.c data/bpe.c)
+TOKENIZER_OBJ = $(call obj,utils.c data/tokenizer.c data/bpe.c data/json.c)
 TOKENIZER_LIBS = $(PCRE2_LIBS) -lpthread
 
 .PHONY: test-tokenizer bench-tokenizer test-tiktoken fuzz print-fuzz-targets
@@ -72,12 +72,12 @@ FUZZ_CC ?= clang
 FUZZ_CFLAGS = -g -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_TARGETS = fuzz_encode fuzz_vocab fuzz_tokenizer_file fuzz_token_file fuzz_safetensors fuzz_train_state
-FUZZ_DEPS = utils.c utils.h data/tokenizer.c data/tokenizer.h data/bpe.c data/bpe.h data/safetensors.c \
-            data/safetensors.h train_state.c train_state.h fuzz/fuzz_common.h
+FUZZ_DEPS = utils.c utils.h data/tokenizer.c data/tokenizer.h data/json.c data/json.h data/bpe.c data/bpe.h \
+            data/safetensors.c data/safetensors.h train_state.c train_state.h fuzz/fuzz_common.h
 
 fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
 print-fuzz-targets:
 	@echo $(FUZZ_TARGETS)
 build/fuzz/%: fuzz/%.c $(FUZZ_DEPS) | $(PCRE2_MISSING)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(PCRE2_CFLAGS) $< utils.c data/tokenizer.c data/bpe.c data/safetensors.c train_state.c -o $@ $(PCRE2_LIBS) -lpthread -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(PCRE2_CFLAGS) $< utils.c data/tokenizer.c data/json.c data/bpe.c data/safetensors.c train_state.c -o $@ $(PCRE2_LIBS) -lpthread -lm

@@ -1,6 +1,9 @@
 // data/safetensors.h: the two JSON files of a Hugging Face model, read for data/import_hf.c: the
-// header of a .safetensors file and config.json. Both parsers report what is wrong instead of
-// ending the program (fail_with in utils.c), so fuzz/fuzz_safetensors.c can feed them anything.
+// header of a .safetensors file and config.json, whose JSON data/json.c reads. Both parsers
+// report what is wrong instead of ending the program (fail_with in utils.c), so
+// fuzz/fuzz_safetensors.c can feed them anything; a JSON error reads "at byte N: <problem>", N
+// counted from the start of the file (a header's JSON begins at byte 8), and the caller adds the
+// file's name.
 //
 // safetensors (https://github.com/huggingface/safetensors, "Format"): 8 bytes, the little-endian
 // length N of a JSON header; N bytes of JSON that begin with '{' and may end in padding spaces,

@@ -1,13 +1,14 @@
 // fuzz/fuzz_safetensors.c: the two parsers of data/safetensors.c, on the same bytes: as a whole
 // .safetensors file and as config.json. A refusal must say why. A header that parses must
-// describe tensors that tile its data section exactly, and writing it out again (names
-// re-escaped, another data section of the same size) must parse to the same tensors; a config
-// that parses must hold values in range that read back the same.
+// describe tensors that tile its data section exactly, and writing it out again (names valid
+// UTF-8, re-escaped as \u escapes, another data section of the same size) must parse to the
+// same tensors; a config that parses must hold values in range that read back the same.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../data/json.h"
 #include "../data/safetensors.h"
 #include "fuzz_common.h"
 
@@ -32,12 +33,24 @@ static void putf(Text *t, const char *fmt, unsigned long long v) {
     put(t, buf, (size_t)n);
 }
 
+// s as a JSON string, every character that is not printable ASCII as a \u escape (a surrogate
+// pair past U+FFFF), so that reading it back goes through the escapes, not the raw UTF-8 the
+// fuzzer's input spelled it in
 static void put_json_string(Text *t, const char *s) {
+    const uint8_t *p = (const uint8_t *)s, *end = p + strlen(s);
     put(t, "\"", 1);
-    for (const uint8_t *p = (const uint8_t *)s; *p; p++) {
+    while (p < end) {
+        uint32_t cp;
+        int n = utf8_decode(p, end, &cp);
+        FUZZ_ASSERT(n > 0, "an accepted string is valid UTF-8");
         if (*p == '"' || *p == '\\') { put(t, "\\", 1); put(t, p, 1); }
-        else if (*p < 0x20) putf(t, "\\u%04llx", *p);
-        else put(t, p, 1);
+        else if (cp >= 0x20 && cp < 0x7F) put(t, p, 1);
+        else if (cp < 0x10000) putf(t, "\\u%04llx", cp);
+        else {
+            putf(t, "\\u%04llX", 0xD800 + ((cp - 0x10000) >> 10));
+            putf(t, "\\u%04llx", 0xDC00 + ((cp - 0x10000) & 0x3FF));
+        }
+        p += n;
     }
     put(t, "\"", 1);
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# fuzz/run.sh [SECONDS]: build the libFuzzer harnesses (`make fuzz`, clang with AddressSanitizer
-# and UBSan; their list is data/data.mk's FUZZ_TARGETS) and run each for SECONDS (default 10),
-# starting from fuzz/seeds/<name> and the corpus kept in build/fuzz/corpus/<name> by earlier
-# runs. A crash leaves its input in build/fuzz/crash-<harness>-*. Ends with "N passed, N failed,
-# N skipped", one count a harness.
+# fuzz/run.sh [SECONDS [HARNESS...]]: build the libFuzzer harnesses (`make fuzz`, clang with
+# AddressSanitizer and UBSan; their list is data/data.mk's FUZZ_TARGETS) and run each, or only
+# the HARNESSes named (fuzz_vocab ...), for SECONDS (default 10), starting from
+# fuzz/seeds/<name> and the corpus kept in build/fuzz/corpus/<name> by earlier runs. A crash
+# leaves its input in build/fuzz/crash-<harness>-*. Ends with "N passed, N failed, N skipped",
+# one count a harness.
 # fuzz_encode needs the GPT-2 vocabulary: $FUZZ_VOCAB_DIR, $DATA_SRC/gpt2, ../shared/data/gpt2
 # or data/gpt2; it is skipped when there is none.
 set -uo pipefail
@@ -11,6 +12,15 @@ cd "$(dirname "$0")/.."
 secs=${1:-10}
 make -s fuzz || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 targets=$(make -s --no-print-directory print-fuzz-targets)
+if [ $# -gt 1 ]; then
+    for target in "${@:2}"; do
+        case " $targets " in
+            *" $target "*) ;;
+            *) echo "fuzz/run.sh: no harness $target (there are: $targets)"; exit 2 ;;
+        esac
+    done
+    targets="${*:2}"
+fi
 
 vocab=""
 for d in "${FUZZ_VOCAB_DIR:-}" "${DATA_SRC:+$DATA_SRC/gpt2}" ../shared/data/gpt2 data/gpt2; do

@@ -822,6 +822,17 @@ static void test_import_defects(StTensor *t, int n, const char *st, const char *
     IMPORT_FAILS("only padding spaces may follow", "garbage after the JSON header");
     write_safetensors(bad, t, n, "\n");
     IMPORT_FAILS("byte 0x0A after the header's JSON object", "a newline after the JSON header");
+    // names that are not JSON strings (data/json.c): the offset counts file bytes, the 8 of the
+    // header length included; t[0]'s name begins 36 bytes into the JSON, after the __metadata__
+    char name0[sizeof(t[0].name)];
+    memcpy(name0, t[0].name, sizeof(name0));
+    snprintf(t[0].name, sizeof(t[0].name), "\\udc00%.48s", name0);
+    write_safetensors(bad, t, n, NULL);
+    IMPORT_FAILS("bad safetensors file: at byte 44: lone surrogate \\uDC00", "a lone surrogate in a name");
+    snprintf(t[0].name, sizeof(t[0].name), "\xC0\xAF%.48s", name0);   // '/' spelled in 2 bytes
+    write_safetensors(bad, t, n, NULL);
+    IMPORT_FAILS("at byte 44: invalid UTF-8 (byte 0xC0) in a string", "an overlong UTF-8 sequence in a name");
+    memcpy(t[0].name, name0, sizeof(name0));
     const char *dtype = t[5].dtype;
     t[5].dtype = "F99";
     write_safetensors(bad, t, n, NULL);
@@ -848,11 +859,13 @@ static void test_import_defects(StTensor *t, int n, const char *st, const char *
     run("printf '{\"n_head\": 4294967298}' > %s/hf/config.json", dir);
     expect_error("n_head: 4294967298 is out of range [1, 2147483647]", "n_head overflowing 32 bits",
                  "%s %s %s", import_bin, st, ckpt);
+    run("printf '{\"n_head\": -2}' > %s/hf/config.json", dir);   // once read as 2
+    expect_error("n_head: -2 is out of range [1, 2147483647]", "a negative n_head", "%s %s %s", import_bin, st, ckpt);
     run("printf '{\"n_head\": 2, \"n_embd\": 32}' > %s/hf/config.json", dir);
     expect_error("n_embd is 32, but the weights have C = 16", "config.json disagreeing with the weights",
                  "%s %s %s", import_bin, st, ckpt);
     run("printf '{\"n_head\": 2,}' > %s/hf/config.json", dir);
-    expect_error("config.json: at byte 13 of the JSON: expected a key", "config.json that is not JSON",
+    expect_error("config.json: at byte 13: expected a key", "config.json that is not JSON",
                  "%s %s %s", import_bin, st, ckpt);
     run("rm %s/hf/config.json && mkdir %s/hf/config.json", dir, dir);
     expect_error("config.json is a directory", "config.json a directory", "%s %s %s", import_bin, st, ckpt);
