@@ -144,63 +144,95 @@ static void allocate_parameters(GPT2 *model) {
         model->master_weights = dev_malloc(model->shard_size * sizeof(float), "fp32 master weights");
 }
 
-// puts fp32 host parameters (num_parameters) on the device: params, and this rank's shard of
-// the master weights
-static void upload_parameters(GPT2 *model, const float *host) {
-    floatX_upload(model->params_memory, host, model->num_parameters);
-    if (model->master_weights)
-        dev_upload(model->master_weights, host + model->shard_start,
-                   shard_owned(model) * sizeof(float));
+// puts the fp32 host values of parameters [first, first + n) on the device. With master weights
+// (floatX not fp32), the part inside this rank's shard goes up once, as fp32 into the master
+// weights, and the device rounds it into params (floatX_from_float: round to nearest even, as
+// floatX_upload does on the host); the rest goes through floatX_upload.
+static void upload_parameters(GPT2 *model, const float *host, size_t first, size_t n) {
+    size_t end = first + n, lo = end, hi = end;   // [lo, hi): the part in the master shard
+    if (model->master_weights) {
+        size_t shard_end = model->shard_start + shard_owned(model);
+        lo = first > model->shard_start ? first : model->shard_start;
+        hi = end < shard_end ? end : shard_end;
+        if (lo >= hi) lo = hi = end;
+    }
+    if (lo < hi) {
+        float *master = model->master_weights + (lo - model->shard_start);
+        dev_upload(master, host + (lo - first), (hi - lo) * sizeof(float));
+        floatX_from_float(model->params_memory + lo, master, hi - lo);
+    }
+    floatX_upload(model->params_memory + first, host, lo - first);
+    floatX_upload(model->params_memory + hi, host + (hi - first), end - hi);
 }
 
 // ----------------------------------------------------------------------------------------
-// initialisation
+// initialisation. Every random value is a function of (seed, tensor, element index) alone:
+// tensor i draws from its own counter-based stream, element pair p of it from draws 2p and
+// 2p + 1, so that threads and slabs may split the work anywhere and the values never depend
+// on the number of threads.
 
-static uint64_t rng_next(uint64_t *state) {   // splitmix64
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+// draw k of the splitmix64 stream that starts from state key, computed from k alone
+static uint64_t stream_draw(uint64_t key, uint64_t k) {
+    uint64_t z = key + (k + 1) * 0x9E3779B97F4A7C15ULL;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
 }
 
-static void fill_normal(float *out, size_t n, float std, uint64_t *state) {   // Box-Muller
-    for (size_t i = 0; i < n; i += 2) {
-        double u1 = ((rng_next(state) >> 11) + 1.0) / 9007199254740993.0;   // (0, 1]
-        double u2 = (rng_next(state) >> 11) / 9007199254740992.0;          // [0, 1)
-        double r = sqrt(-2.0 * log(u1));
-        out[i] = (float)(std * r * cos(2.0 * M_PI * u2));
-        if (i + 1 < n) out[i + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
+// elements [first, first + n) of a tensor, N(0, std) by Box-Muller from the tensor's stream
+// key: pair p (elements 2p and 2p + 1) from draws 2p and 2p + 1. first is even.
+static void fill_normal(float *out, size_t first, size_t n, float std, uint64_t key) {
+    const size_t pairs = (n + 1) / 2;
+#pragma omp parallel for schedule(static)
+    for (size_t q = 0; q < pairs; q++) {
+        const uint64_t p = first / 2 + q;
+        double u1 = ((stream_draw(key, 2 * p) >> 11) + 1) * 0x1p-53;   // (0, 1], 53 bits
+        double u2 = (stream_draw(key, 2 * p + 1) >> 11) * 0x1p-53;     // [0, 1)
+        // the radius in double (53 bits of u1 reach 8.6 standard deviations), the angle in
+        // float: sincosf takes half the time of double sin and cos, and moves a value by at
+        // most 3e-7 of its radius
+        float r = (float)(std * sqrt(-2.0 * log(u1))), sin_a, cos_a;
+        sincosf((float)(2.0 * M_PI * u2), &sin_a, &cos_a);
+        out[2 * q] = r * cos_a;
+        if (2 * q + 1 < n) out[2 * q + 1] = r * sin_a;
     }
 }
 
+// Slab by slab (GPT2_INIT_SLAB parameters), each made on all threads and uploaded before the
+// next: the host holds one slab, not a copy of the model.
 void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed) {
     validate_config(config, "init");
     size_parameters(model, config);
     allocate_parameters(model);
-    float *host = malloc(model->num_parameters * sizeof(float));
-    if (!host) die("out of host memory initialising %zu parameters", model->num_parameters);
-    uint64_t state = seed;
+    size_t n_slab = model->num_parameters < GPT2_INIT_SLAB ? model->num_parameters : GPT2_INIT_SLAB;
+    float *slab = malloc(n_slab * sizeof(float));
+    if (!slab) die("out of host memory initialising %zu parameters", model->num_parameters);
     const float std = 0.02f;
     const float residual_std = 0.02f / sqrtf(2.0f * config.num_layers);
-    float *p = host;
+    const size_t real = (size_t)config.vocab_size * config.channels;   // wte's token rows
+    size_t offset = 0;   // the tensor's first parameter
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t n = model->param_sizes[i];
-        switch (param_inits[i]) {
-        case INIT_NORMAL: fill_normal(p, n, std, &state); break;
-        case INIT_RESIDUAL: fill_normal(p, n, residual_std, &state); break;
-        case INIT_EMBEDDING: {   // real vocabulary rows random, padding zero
-            size_t real = (size_t)config.vocab_size * config.channels;
-            fill_normal(p, real, std, &state);
-            memset(p + real, 0, (n - real) * sizeof(float));
-            break;
+        const uint64_t key = stream_draw(seed, (uint64_t)i);
+        const size_t size = model->param_sizes[i];
+        for (size_t start = 0; start < size; start += GPT2_INIT_SLAB) {
+            size_t n = size - start < GPT2_INIT_SLAB ? size - start : GPT2_INIT_SLAB;
+            switch (param_inits[i]) {
+            case INIT_NORMAL: fill_normal(slab, start, n, std, key); break;
+            case INIT_RESIDUAL: fill_normal(slab, start, n, residual_std, key); break;
+            case INIT_EMBEDDING: {   // real vocabulary rows random, padding zero
+                size_t random = start >= real ? 0 : real - start < n ? real - start : n;
+                fill_normal(slab, start, random, std, key);
+                memset(slab + random, 0, (n - random) * sizeof(float));
+                break;
+            }
+            case INIT_ONES: for (size_t j = 0; j < n; j++) slab[j] = 1.0f; break;
+            case INIT_ZEROS: memset(slab, 0, n * sizeof(float)); break;
+            }
+            upload_parameters(model, slab, offset + start, n);
         }
-        case INIT_ONES: for (size_t j = 0; j < n; j++) p[j] = 1.0f; break;
-        case INIT_ZEROS: memset(p, 0, n * sizeof(float)); break;
-        }
-        p += n;
+        offset += size;
     }
-    upload_parameters(model, host);
-    free(host);
+    free(slab);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -253,7 +285,7 @@ void gpt2_load_checkpoint(GPT2 *model, const char *path) {
     fclose(f);
     for (size_t i = 0; i < n; i++)
         if (!isfinite(host[i])) die("%s: parameter %zu is not a finite number", path, i);
-    upload_parameters(model, host);
+    upload_parameters(model, host, 0, n);
     free(host);
 }
 

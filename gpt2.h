@@ -181,9 +181,11 @@ double arena_print(FILE *out, const char *const *names, const size_t *bytes, int
 int gpt2_config_from_name(GPT2Config *config, const char *name, int max_seq_len);
 void gpt2_print_config(const GPT2 *model);
 
-// Random GPT-2 initialisation, deterministic for the seed: weights N(0, 0.02), residual
-// projections N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1, padding rows of wte 0.
+// Random GPT-2 initialisation: weights N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
+// biases 0, layernorm weights 1, padding rows of wte 0. Every value depends on the seed, its
+// tensor and its place in it alone, never on the number of OpenMP threads that make them.
 void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed);
+#define GPT2_INIT_SLAB (1 << 20)   // parameters it makes and uploads at a time (4 MiB of fp32)
 // llm.c model file, version 3 (fp32) or 5 (bf16). Dies naming the file on any problem.
 void gpt2_load_checkpoint(GPT2 *model, const char *path);
 // Writes version 3 (fp32) when floatX is fp32, else version 5 (bf16); atomic.

@@ -81,23 +81,49 @@ void dev_free(void *p) {
     free(block);
 }
 
-void dev_memset_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
-void dev_upload(void *dst, const void *src_host, size_t bytes) { memcpy(dst, src_host, bytes); }
-void dev_download(void *dst_host, const void *src, size_t bytes) { memcpy(dst_host, src, bytes); }
-void dev_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+// Copies and fills of two blocks or more run on all threads, a block each: on fresh memory
+// (the arenas at start-up) the first touch of every page is a page fault, and faults on
+// several cores are handled side by side (6 GiB of fresh memory on the 2-vCPU development
+// machine: 2.7-4.5 s on one thread, 1.3-1.7 s on two).
+enum { PARALLEL_BLOCK = 1 << 20 };
+
+static size_t block_bytes(size_t bytes, size_t start) {
+    return bytes - start < PARALLEL_BLOCK ? bytes - start : PARALLEL_BLOCK;
+}
+
+static void copy_bytes(void *dst, const void *src, size_t bytes) {
+    const size_t blocks = (bytes + PARALLEL_BLOCK - 1) / PARALLEL_BLOCK;
+#pragma omp parallel for schedule(static) if (blocks >= 2)
+    for (size_t b = 0; b < blocks; b++) {
+        const size_t start = b * PARALLEL_BLOCK;
+        memcpy((char *)dst + start, (const char *)src + start, block_bytes(bytes, start));
+    }
+}
+
+void dev_memset_zero(void *p, size_t bytes) {
+    const size_t blocks = (bytes + PARALLEL_BLOCK - 1) / PARALLEL_BLOCK;
+#pragma omp parallel for schedule(static) if (blocks >= 2)
+    for (size_t b = 0; b < blocks; b++) {
+        const size_t start = b * PARALLEL_BLOCK;
+        memset((char *)p + start, 0, block_bytes(bytes, start));
+    }
+}
+void dev_upload(void *dst, const void *src_host, size_t bytes) { copy_bytes(dst, src_host, bytes); }
+void dev_download(void *dst_host, const void *src, size_t bytes) { copy_bytes(dst_host, src, bytes); }
+void dev_copy(void *dst, const void *src, size_t bytes) { copy_bytes(dst, src, bytes); }
 void dev_synchronize(void) {}
 size_t dev_bytes_in_use(void) { return bytes_in_use; }
 size_t dev_bytes_peak(void) { return bytes_peak; }
 
 // floatX is float on the CPU, so the conversions are copies
 void floatX_upload(floatX *dst, const float *src_host, size_t n) {
-    memcpy(dst, src_host, n * sizeof(float));
+    copy_bytes(dst, src_host, n * sizeof(float));
 }
 void floatX_download(float *dst_host, const floatX *src, size_t n) {
-    memcpy(dst_host, src, n * sizeof(float));
+    copy_bytes(dst_host, src, n * sizeof(float));
 }
 void floatX_from_float(floatX *dst, const float *src, size_t n) {
-    if (dst != src) memcpy(dst, src, n * sizeof(float));
+    if (dst != src) copy_bytes(dst, src, n * sizeof(float));
 }
 
 float dev_read_float(const float *p) { return *p; }

@@ -1,6 +1,7 @@
 // test_model.c: the whole model on the CPU, on a tiny config: gradients against finite
-// differences, gradient accumulation, determinism of init, overfitting one batch, and
-// checkpoint round trips (v3 fp32 written and read, v5 bf16 read).
+// differences, gradient accumulation, determinism of init (whatever the thread count),
+// overfitting one batch, and checkpoint round trips (v3 fp32 written and read, v5 bf16 read).
+#include <omp.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,6 +114,42 @@ static void test_init_deterministic(void) {
     CHECK(padding_zero, "padding rows of wte are zero");
     CHECK(a.params.ln1w[0] == 1.0f && a.params.ln1b[0] == 0.0f, "layernorm init 1, 0");
     gpt2_free(&a); gpt2_free(&b); gpt2_free(&c);
+}
+
+// Init values depend on the seed alone, not on how many threads make them: 1, 2 and 3 threads
+// give the same bits, on a model whose wte spans more than two slabs of gpt2_init_random, so
+// that slabs as well as threads cut a tensor; and each slab continues the tensor's values
+// rather than repeating the first (same statistics, other values).
+static void test_init_thread_count(void) {
+    GPT2Config c = {.max_seq_len = 16, .vocab_size = 32700, .padded_vocab_size = 32768,
+                    .num_layers = 1, .num_heads = 2, .channels = 72};
+    size_t real = (size_t)c.vocab_size * c.channels;
+    CHECK(real > 2 * (size_t)GPT2_INIT_SLAB, "the test's wte (%zu) spans more than two slabs of %d",
+          real, GPT2_INIT_SLAB);
+    const int saved = omp_get_max_threads();
+    omp_set_dynamic(0);
+    GPT2 m[4];
+    for (int i = 0; i < 3; i++) {
+        omp_set_num_threads(i + 1);
+        gpt2_init_random(&m[i], c, 2024);
+    }
+    gpt2_init_random(&m[3], c, 2025);   // on 3 threads
+    omp_set_num_threads(saved);
+    size_t bytes = m[0].num_parameters * sizeof(floatX);
+    for (int i = 1; i < 3; i++)
+        CHECK(memcmp(m[i].params_memory, m[0].params_memory, bytes) == 0,
+              "init on %d threads is bit-identical to init on 1", i + 1);
+    CHECK(memcmp(m[3].params_memory, m[0].params_memory, bytes) != 0, "other seed, other init");
+    const floatX *wte = m[0].params.wte;
+    size_t rest = real - 2 * (size_t)GPT2_INIT_SLAB;   // the third slab's random part
+    CHECK(memcmp(wte + 2 * (size_t)GPT2_INIT_SLAB, wte, rest * sizeof(floatX)) != 0 &&
+          memcmp(wte + GPT2_INIT_SLAB, wte, GPT2_INIT_SLAB * sizeof(floatX)) != 0,
+          "each slab of wte has values of its own");
+    double s = 0.0;
+    for (size_t i = 2 * (size_t)GPT2_INIT_SLAB; i < real; i++) s += (double)wte[i] * wte[i];
+    double std = sqrt(s / rest);
+    CHECK(fabs(std - 0.02) < 0.001, "wte std in its third slab %.5f, expected 0.02", std);
+    for (int i = 0; i < 4; i++) gpt2_free(&m[i]);
 }
 
 // AdamW on one fixed batch must drive the loss from ~ln(61) = 4.1 to below 0.05
@@ -314,6 +351,7 @@ int main(void) {
     unsigned long long rng = test_seed();
     test_config_names();
     test_init_deterministic();
+    test_init_thread_count();
     test_gradients(&rng);
     test_gradient_accumulation(&rng);
     test_recompute(&rng);
