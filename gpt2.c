@@ -22,9 +22,24 @@ int gpt2_config_from_name(GPT2Config *config, const char *name, int max_seq_len)
     config->max_seq_len = max_seq_len;
     config->vocab_size = GPT2_VOCAB_SIZE;
     config->padded_vocab_size = GPT2_PADDED_VOCAB_SIZE;
+    // GPT-2's published sizes and llm.c's larger ones, under llm.c's names, so that `-e d48`
+    // means the same model in both projects; any other depth: head size 64, one head per layer
+    static const struct { int depth, channels, heads; } named[] = {
+        {24, 1024, 16},   // gpt2-medium (350M)
+        {36, 1280, 20},   // gpt2-large (774M)
+        {48, 1600, 25},   // gpt2-xl (1558M)
+        {60, 1920, 30},   // llm.c's 2.7B
+        {72, 2880, 30},   // llm.c's 7.3B (head size 96)
+        {84, 3456, 36},   // llm.c's 12.2B (head size 96)
+    };
     config->num_layers = depth;
     config->num_heads = depth;
-    config->channels = 64 * depth;
+    config->channels = 64 * depth;   // d6 (30M) and d12 (GPT-2 124M) are of this form too
+    for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
+        if (named[i].depth == depth) {
+            config->channels = named[i].channels;
+            config->num_heads = named[i].heads;
+        }
     return 0;
 }
 

@@ -176,8 +176,10 @@ typedef struct {
 char *arena_alloc(size_t *offsets, const size_t *bytes, int n, const char *what);
 double arena_print(FILE *out, const char *const *names, const size_t *bytes, int n);
 
-// "d12" (GPT-2 124M: L=12, NH=12, C=768), "d24", "d36", "d48", or any "dN": L=N, NH=N,
-// C=64N. Returns 0 on success, -1 when the name is not of that form.
+// "dN", a model of N layers, as llm.c names them: d12 GPT-2 124M (C=768, NH=12), d24 gpt2-medium
+// (C=1024, NH=16), d36 gpt2-large (C=1280, NH=20), d48 gpt2-xl (C=1600, NH=25), d60, d72, d84
+// llm.c's 2.7B, 7.3B, 12.2B; any other N: NH=N, C=64N (head size 64). Returns 0 on success,
+// -1 when the name is not of that form.
 int gpt2_config_from_name(GPT2Config *config, const char *name, int max_seq_len);
 void gpt2_print_config(const GPT2 *model);
 

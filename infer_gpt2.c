@@ -41,7 +41,7 @@ static void usage(FILE *out) {
         "usage: infer_gpt2 [flags]   generate text with GPT-2, prompt from -p or stdin\n"
         "  -c MODEL    checkpoint, llm.c model file v3 (fp32) or v5 (bf16) (default gpt2_124M.bin;\n"
         "              import_hf makes one from Hugging Face weights), or dN for a random model\n"
-        "              with L=N, NH=N, C=64N (benchmarks)\n"
+        "              of N layers, train_gpt2 -e's sizes (d12 124M ... d48 1.5B; benchmarks)\n"
         "  -p TEXT     the prompt (default: all of stdin less one final newline, and there must\n"
         "              be one; -p '' generates unconditionally, from <|endoftext|>)\n"
         "  --prompt-ids LIST  the prompt as token ids, separated by commas or spaces\n"

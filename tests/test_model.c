@@ -223,7 +223,7 @@ static void report_allocated(void) {
     fprintf(stderr, "\nallocated %zu\n", dev_bytes_in_use() - bytes_before_load);
 }
 
-// A header that claims d48 (L=48, C=3072: 5.6 billion parameters, 22 GB in fp32) on a 2 KB
+// A header that claims L=48, NH=48, C=3072 (5.6 billion parameters, 22 GB in fp32) on a 2 KB
 // file: the load must fail as truncated, from the sizes alone, before allocating anything
 // (before the fix it allocated and zeroed 44 GB of parameters and gradients first). Run in a
 // child, since gpt2_load_checkpoint dies; its stderr and what it allocated come back in a
@@ -257,7 +257,7 @@ static void test_checkpoint_huge_header(void) {
     close(pipefd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "a d48 header on a 2 KB file fails");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "a 5.6B-parameter header on a 2 KB file fails");
     CHECK(strstr(out, "truncated") != NULL && strstr(out, path) != NULL,
           "the failure names the file and says truncated: %s", out);
     const char *allocated = strstr(out, "\nallocated ");
@@ -271,8 +271,21 @@ static void test_config_names(void) {
     CHECK(gpt2_config_from_name(&c, "d12", 1024) == 0 && c.num_layers == 12 && c.num_heads == 12 &&
           c.channels == 768 && c.max_seq_len == 1024 && c.padded_vocab_size == 50304,
           "d12 is GPT-2 124M");
-    CHECK(gpt2_config_from_name(&c, "d48", 8192) == 0 && c.channels == 3072 && c.max_seq_len == 8192,
+    // llm.c's sizes under llm.c's names (gpt2-medium, -large, -xl, its 2.7B, 7.3B, 12.2B)
+    const int named[][3] = {{24, 1024, 16}, {36, 1280, 20}, {48, 1600, 25}, {60, 1920, 30},
+                            {72, 2880, 30}, {84, 3456, 36}};
+    for (int i = 0; i < 6; i++) {
+        char name[8];
+        snprintf(name, sizeof(name), "d%d", named[i][0]);
+        CHECK(gpt2_config_from_name(&c, name, 1024) == 0 && c.num_layers == named[i][0] &&
+              c.channels == named[i][1] && c.num_heads == named[i][2],
+              "%s is llm.c's L=%d C=%d NH=%d (got L=%d C=%d NH=%d)", name, named[i][0], named[i][1],
+              named[i][2], c.num_layers, c.channels, c.num_heads);
+    }
+    CHECK(gpt2_config_from_name(&c, "d48", 8192) == 0 && c.channels == 1600 && c.max_seq_len == 8192,
           "d48 with max_seq_len 8192");
+    CHECK(gpt2_config_from_name(&c, "d7", 1024) == 0 && c.num_layers == 7 && c.num_heads == 7 &&
+          c.channels == 448, "a depth llm.c does not name: NH=N, C=64N");
     CHECK(gpt2_config_from_name(&c, "d12x", 1024) == -1, "d12x rejected");
     CHECK(gpt2_config_from_name(&c, "model.bin", 1024) == -1, "a path is not a config name");
     CHECK(gpt2_config_from_name(&c, "d0", 1024) == -1, "d0 rejected");
