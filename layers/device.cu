@@ -197,58 +197,40 @@ float dev_read_float(const float *p) {
 }
 
 // ----------------------------------------------------------------------------------------
-// fp32 <-> bf16 between a host array and a device array, chunk by chunk through two pinned
-// staging buffers. The host rounds (to nearest even, the rounding of the device's
-// __float2bfloat16_rn) on all its cores; a copy from pinned memory is a DMA that runs on its
-// own, so chunk k's copy overlaps the rounding of chunk k + 1 (from pageable memory each copy
-// would first be a synchronous memcpy of the driver's).
+// fp32 <-> bf16. Host arrays are converted on the host (round to nearest even, the same
+// rounding as the device's __float2bfloat16_rn) through a bounded staging buffer.
 
-enum { STAGING_ELEMS = 1 << 22 };      // 8 MiB of bf16 per staging buffer
-enum { PARALLEL_ELEMS = 1 << 16 };     // fewer are converted on one thread (logits, biases)
+enum { STAGING_ELEMS = 1 << 22 };   // 8 MiB of bf16 per transfer
 
-static bf16 *staging[2];               // pinned; made at first use, kept for the process
-static cudaEvent_t staging_copied[2];  // recorded after each copy from staging[i]
-
-static void staging_init(void) {
-    if (staging[0]) return;
-    ensure_backend();
-    for (int i = 0; i < 2; i++) {
-        CUDA_CHECK(cudaMallocHost((void **)&staging[i], STAGING_ELEMS * sizeof(bf16)));
-        CUDA_CHECK(cudaEventCreateWithFlags(&staging_copied[i], cudaEventDisableTiming));
-    }
+// the host staging buffer of a transfer of n elements, and the elements of the transfer's
+// chunk that starts at element start
+static bf16 *staging_alloc(size_t n) {
+    bf16 *staging = (bf16 *)malloc(sizeof(bf16) * (n < STAGING_ELEMS ? n : STAGING_ELEMS));
+    if (!staging && n) die("out of host memory staging %zu values for the GPU", n);
+    return staging;
 }
-
-// the elements of a transfer of n elements in its chunk that starts at element start
 static size_t staging_count(size_t n, size_t start) {
     return n - start < STAGING_ELEMS ? n - start : STAGING_ELEMS;
 }
 
 void floatX_upload(floatX *dst, const float *src_host, size_t n) {
-    staging_init();
-    for (size_t start = 0, k = 0; start < n; start += STAGING_ELEMS, k ^= 1) {
+    bf16 *staging = staging_alloc(n);
+    for (size_t start = 0; start < n; start += STAGING_ELEMS) {
         const size_t count = staging_count(n, start);
-        const float *src = src_host + start;
-        bf16 *buf = staging[k];
-        CUDA_CHECK(cudaEventSynchronize(staging_copied[k]));   // the copy of two chunks ago
-#pragma omp parallel for schedule(static) if (count >= PARALLEL_ELEMS)
-        for (size_t i = 0; i < count; i++) buf[i] = __float2bfloat16_rn(src[i]);
-        CUDA_CHECK(cudaMemcpyAsync(dst + start, buf, count * sizeof(bf16), cudaMemcpyHostToDevice,
-                                   cuda_stream));
-        CUDA_CHECK(cudaEventRecord(staging_copied[k], cuda_stream));
+        for (size_t i = 0; i < count; i++) staging[i] = __float2bfloat16_rn(src_host[start + i]);
+        dev_upload(dst + start, staging, count * sizeof(bf16));
     }
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+    free(staging);
 }
 
 void floatX_download(float *dst_host, const floatX *src, size_t n) {
-    staging_init();
+    bf16 *staging = staging_alloc(n);
     for (size_t start = 0; start < n; start += STAGING_ELEMS) {
         const size_t count = staging_count(n, start);
-        float *dst = dst_host + start;
-        const bf16 *buf = staging[0];
-        dev_download(staging[0], src + start, count * sizeof(bf16));
-#pragma omp parallel for schedule(static) if (count >= PARALLEL_ELEMS)
-        for (size_t i = 0; i < count; i++) dst[i] = __bfloat162float(buf[i]);
+        dev_download(staging, src + start, count * sizeof(bf16));
+        for (size_t i = 0; i < count; i++) dst_host[start + i] = __bfloat162float(staging[i]);
     }
+    free(staging);
 }
 
 // dst[i] = bf16(src[i]), 4 per thread when both are 16/8-byte aligned
