@@ -31,6 +31,10 @@ size_t attention_saved_size(int B, int T, int NH, int HS);
 // it returns (shared by all layers).
 size_t attention_scratch_size(int B, int T, int NH, int HS);
 
+// 1 when attention_backward's gradients are bitwise the same on every run with the same inputs
+// (every sum in a fixed order), 0 when some are summed in an order that varies (fp32 atomics)
+int attention_deterministic(void);
+
 void attention_forward(floatX *out, void *saved, void *scratch, const floatX *qkv,
                        int B, int T, int NH, int HS);
 void attention_backward(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,

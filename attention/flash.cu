@@ -52,6 +52,7 @@
 #include "../layers/cuda_common.cuh"
 #include "attention.h"
 #include "flash_sm90.h"
+#include "flash_tile.cuh"
 
 // Tile shapes, overridable at build time (FLASH_FLAGS in tests/gpu/attention.mk) to compare:
 // query rows per warp of the forward at HS=64 (16 or 32; HS=128 always uses 16, since 32 rows
@@ -66,14 +67,8 @@
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
 // ---- PTX wrappers -----------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 // 16 bytes global -> shared, bypassing L1; when !valid nothing is read and zeros are written
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
@@ -127,11 +122,6 @@ __device__ __forceinline__ void atomic_add_float2(float *dst, float2 v) {
     atomicAdd(dst, v.x);
     atomicAdd(dst + 1, v.y);
 #endif
-}
-// two floats -> bf16x2 (round to nearest even), `lo` in the low half
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
 }
 // four C fragments of a 16x16 block (left tile c, right tile d) -> its A fragment
 __device__ __forceinline__ void c_to_a(uint32_t a[4], const float c[4], const float d[4]) {
@@ -467,19 +457,29 @@ constexpr size_t bwd_smem_bytes() {
            + 2 * 2 * BR * sizeof(float);                                      // lse, D
 }
 
-// D[b,h,t] = sum_k dO[b,t,h,k] * O[b,t,h,k]; dq_accum[b,t,h,:] = 0. HS/8 threads a row.
+// Per (b, t, h), HS/8 threads: D[b,h,t] = sum_k dO[b,t,h,k] * O[b,t,h,k], dq_accum[b,t,h,:] = 0,
+// and for the Hopper backward lse2[b,h,t] = logsumexp[b,h,t] * log2(e). D and lse2 are rows of
+// Tpad (kFlashBwdRowPad multiple) floats per (b, h), zero past T; t runs to Tpad to write those.
+// The first n_flags threads also zero the Hopper backward's dQ order flags.
 template <int HS>
-__global__ void flash_backward_prep_kernel(float *__restrict__ D, float *__restrict__ dq_accum,
+__global__ void flash_backward_prep_kernel(float *__restrict__ D, float *__restrict__ lse2,
+                                           float *__restrict__ dq_accum,
+                                           uint32_t *__restrict__ dq_flags, int n_flags,
                                            const bf16 *__restrict__ dout,
-                                           const bf16 *__restrict__ out, int T, int NH,
-                                           int rows) {
+                                           const bf16 *__restrict__ out,
+                                           const float *__restrict__ logsumexp, int T, int Tpad,
+                                           int NH, int padded_rows) {
     constexpr int TPR = HS / 8;
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    const int row = idx / TPR, c = idx % TPR;   // row = (b*T + t)*NH + h
+    if (dq_flags && idx < n_flags) dq_flags[idx] = 0;
+    const int prow = idx / TPR, c = idx % TPR;   // prow = (b*Tpad + t)*NH + h
+    const int h = prow % NH, bt = prow / NH, t = bt % Tpad, b = bt / Tpad;
+    const bool valid = prow < padded_rows && t < T;
+    const size_t row = ((size_t)b * T + t) * NH + h;   // in dout, out and dq_accum
     float sum = 0.0f;
-    if (row < rows) {
-        const uint4 a = *reinterpret_cast<const uint4 *>(dout + (size_t)row * HS + c * 8);
-        const uint4 o = *reinterpret_cast<const uint4 *>(out + (size_t)row * HS + c * 8);
+    if (valid) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(dout + row * HS + c * 8);
+        const uint4 o = *reinterpret_cast<const uint4 *>(out + row * HS + c * 8);
         const __nv_bfloat162 *a2 = reinterpret_cast<const __nv_bfloat162 *>(&a);
         const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&o);
 #pragma unroll
@@ -487,15 +487,16 @@ __global__ void flash_backward_prep_kernel(float *__restrict__ D, float *__restr
             const float2 af = __bfloat1622float2(a2[i]), of = __bfloat1622float2(o2[i]);
             sum = fmaf(af.x, of.x, fmaf(af.y, of.y, sum));
         }
-        float4 *acc = reinterpret_cast<float4 *>(dq_accum + (size_t)row * HS + c * 8);
+        float4 *acc = reinterpret_cast<float4 *>(dq_accum + row * HS + c * 8);
         acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
     for (int off = TPR / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (row < rows && c == 0) {
-        const int h = row % NH, bt = row / NH, t = bt % T, b = bt / T;
-        D[((size_t)b * NH + h) * T + t] = sum;
+    if (prow < padded_rows && c == 0) {
+        const size_t bht = ((size_t)b * NH + h) * Tpad + t;
+        D[bht] = sum;
+        if (lse2) lse2[bht] = valid ? logsumexp[((size_t)b * NH + h) * T + t] * kLog2e : 0.0f;
     }
 }
 
@@ -523,7 +524,7 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
     flash_backward_kernel(bf16 *__restrict__ dqkv, float *__restrict__ dq_accum,
                           const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
                           const float *__restrict__ logsumexp, const float *__restrict__ Dg,
-                          int T, int NH, int BNH, float scale, float scale_log2) {
+                          int T, int Tpad, int NH, int BNH, float scale, float scale_log2) {
     constexpr int THREADS = KV_WARPS * 32;
     constexpr int BC = 16 * KV_WARPS;   // key/value rows of the block
     constexpr int KS = HS / 16;         // k-steps over the head dim (S^T, dP^T)
@@ -563,7 +564,7 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
     const bf16 *v_g = q_g + 2 * C;
     const bf16 *do_g = dout + (size_t)b * T * C + h * HS;
     const float *lse_g = logsumexp + (size_t)bh * T;
-    const float *D_g = Dg + (size_t)bh * T;
+    const float *D_g = Dg + (size_t)bh * Tpad;
     const int kv0 = kv_tile * BC;
     const int first_q_tile = kv0 / BR;   // earlier query rows cannot see any key of the block
     const int q_tiles = (T + BR - 1) / BR;
@@ -774,29 +775,62 @@ void forward_launch(floatX *out, float *logsumexp, const floatX *qkv, int B, int
     LAUNCH_CHECK();
 }
 
+// The backward's scratch, in this order: the fp32 dQ sums (B, T, NH, HS); D and lse2 (B*NH rows
+// of Tpad floats each, see the prep kernel); the Hopper backward's dQ order flags, one per
+// (b, h, query tile of 64 or more rows). Sizes and offsets in this one place.
+struct BwdScratch {
+    float *dq_accum, *D, *lse2;
+    uint32_t *dq_flags;
+    int Tpad, n_flags;
+    size_t bytes;
+};
+BwdScratch bwd_scratch(void *base, int B, int T, int NH, int HS) {
+    BwdScratch s;
+    s.Tpad = ceil_div(T, kFlashBwdRowPad) * kFlashBwdRowPad;
+    s.n_flags = B * NH * ceil_div(T, 64);
+    const size_t dq = (size_t)B * T * NH * HS, vec = (size_t)B * NH * s.Tpad;
+    s.bytes = (dq + 2 * vec + s.n_flags) * sizeof(float);
+    float *f = static_cast<float *>(base);
+    s.dq_accum = f;
+    s.D = f ? f + dq : nullptr;
+    s.lse2 = f ? f + dq + vec : nullptr;
+    s.dq_flags = f ? reinterpret_cast<uint32_t *>(f + dq + 2 * vec) : nullptr;
+    return s;
+}
+
+// prep, the main kernel (Hopper's where there is one, else the mma.sync kernel above), convert
 template <int HS, int KV_WARPS, int BR>
-void backward_launch(floatX *dqkv, float *dq_accum, float *D, const floatX *dout,
-                     const floatX *qkv, const floatX *out, const float *logsumexp, int B, int T,
-                     int NH) {
-    const int rows = B * T * NH;
+void backward_launch(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
+                     const floatX *out, const float *logsumexp, int B, int T, int NH) {
+    const bool hopper = flash_sm90_backward_enabled();
+    const BwdScratch sc = bwd_scratch(scratch, B, T, NH, HS);
     const int prep_threads = 256;
-    const int prep_blocks = ceil_div((long)rows * (HS / 8), prep_threads);
-    flash_backward_prep_kernel<HS><<<prep_blocks, prep_threads, 0, cuda_stream>>>(
-        D, dq_accum, CBF(dout), CBF(out), T, NH, rows);
+    const int padded_rows = B * sc.Tpad * NH;
+    flash_backward_prep_kernel<HS><<<ceil_div((long)padded_rows * (HS / 8), prep_threads),
+                                     prep_threads, 0, cuda_stream>>>(
+        sc.D, hopper ? sc.lse2 : nullptr, sc.dq_accum, hopper ? sc.dq_flags : nullptr, sc.n_flags,
+        CBF(dout), CBF(out), logsumexp, T, sc.Tpad, NH, padded_rows);
     LAUNCH_CHECK();
 
-    constexpr size_t smem = bwd_smem_bytes<HS, KV_WARPS, BR>();
-    static bool smem_set = false;
-    set_smem_limit(flash_backward_kernel<HS, KV_WARPS, BR>, smem, &smem_set);
     const float scale = 1.0f / sqrtf((float)HS);
-    const int kv_tiles = ceil_div(T, 16 * KV_WARPS);
-    flash_backward_kernel<HS, KV_WARPS, BR><<<kv_tiles * B * NH, KV_WARPS * 32, smem, cuda_stream>>>(
-        BF(dqkv), dq_accum, CBF(dout), CBF(qkv), logsumexp, D, T, NH, B * NH, scale,
-        scale * kLog2e);
-    LAUNCH_CHECK();
+    if (hopper) {
+        flash_sm90_backward(dqkv, sc.dq_accum, sc.lse2, sc.D, sc.dq_flags, dout, qkv, B, T,
+                            sc.Tpad, NH, HS);
+    } else {
+        constexpr size_t smem = bwd_smem_bytes<HS, KV_WARPS, BR>();
+        static bool smem_set = false;
+        set_smem_limit(flash_backward_kernel<HS, KV_WARPS, BR>, smem, &smem_set);
+        const int kv_tiles = ceil_div(T, 16 * KV_WARPS);
+        flash_backward_kernel<HS, KV_WARPS, BR>
+            <<<kv_tiles * B * NH, KV_WARPS * 32, smem, cuda_stream>>>(
+                BF(dqkv), sc.dq_accum, CBF(dout), CBF(qkv), logsumexp, sc.D, T, sc.Tpad, NH,
+                B * NH, scale, scale * kLog2e);
+        LAUNCH_CHECK();
+    }
 
-    flash_dq_convert_kernel<HS><<<prep_blocks, prep_threads, 0, cuda_stream>>>(
-        BF(dqkv), dq_accum, NH, rows, scale);
+    const int rows = B * T * NH;
+    flash_dq_convert_kernel<HS><<<ceil_div((long)rows * (HS / 8), prep_threads), prep_threads, 0,
+                                  cuda_stream>>>(BF(dqkv), sc.dq_accum, NH, rows, scale);
     LAUNCH_CHECK();
 }
 
@@ -810,9 +844,15 @@ size_t attention_saved_size(int B, int T, int NH, int HS) {
     return (size_t)B * NH * T * sizeof(float);   // logsumexp (B, NH, T)
 }
 
-// backward only: the fp32 dQ accumulator (B, T, NH, HS), then D (B, NH, T)
+// backward only: the fp32 dQ sums and the per-row vectors (bwd_scratch)
 size_t attention_scratch_size(int B, int T, int NH, int HS) {
-    return (size_t)B * T * NH * HS * sizeof(float) + (size_t)B * NH * T * sizeof(float);
+    return bwd_scratch(nullptr, B, T, NH, HS).bytes;
+}
+
+// dQ is summed across key blocks: with fp32 atomics by the mma.sync kernel, in key-block order
+// by the Hopper kernel when flash_sm90_deterministic() (FLASH_DETERMINISTIC=1)
+int attention_deterministic(void) {
+    return flash_sm90_backward_enabled() && flash_sm90_deterministic();
 }
 
 void attention_forward(floatX *out, void *saved, void *scratch, const floatX *qkv, int B, int T,
@@ -831,16 +871,14 @@ void attention_forward(floatX *out, void *saved, void *scratch, const floatX *qk
 
 void attention_backward(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
                         const floatX *out, const void *saved, int B, int T, int NH, int HS) {
-    float *dq_accum = static_cast<float *>(scratch);
-    float *D = dq_accum + (size_t)B * T * NH * HS;
     const float *logsumexp = static_cast<const float *>(saved);
     switch (HS) {
         case 64:
-            backward_launch<64, FLASH_BWD_KV_WARPS, 64>(dqkv, dq_accum, D, dout, qkv, out, logsumexp,
-                                                    B, T, NH);
+            backward_launch<64, FLASH_BWD_KV_WARPS, 64>(dqkv, scratch, dout, qkv, out, logsumexp,
+                                                        B, T, NH);
             break;
         case 128:
-            backward_launch<128, 4, 32>(dqkv, dq_accum, D, dout, qkv, out, logsumexp, B, T, NH);
+            backward_launch<128, 4, 32>(dqkv, scratch, dout, qkv, out, logsumexp, B, T, NH);
             break;
         default: unsupported_head_size(HS);
     }

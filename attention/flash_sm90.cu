@@ -58,11 +58,9 @@
 
 #include "../layers/cuda_common.cuh"
 #include "flash_sm90.h"
+#include "flash_tile.cuh"
 
 namespace {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 constexpr int kBC = 128;               // key/value rows of a tile
 constexpr int kPanelCols = 64;         // bf16 columns of one 128-byte swizzled panel row
@@ -96,188 +94,6 @@ struct Shape {
     static_assert(SMEM <= 227 * 1024, "shared memory of one CTA");
     static_assert(CONSUMER_REGS <= 256, "setmaxnreg takes at most 256");
 };
-
-// ---- the Hopper vocabulary: each wrapper holds one PTX instruction -----------------------------
-// (No fence.proxy.async is needed here: shared memory is written only by TMA and read only by
-// wgmma, both in the async proxy, ordered by the mbarriers; nothing there is written by ordinary
-// stores.)
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// mbarrier.init: a barrier that completes a phase after `count` arrivals (and its expected bytes)
-__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
-}
-// fence.mbarrier_init: make initialised barriers visible to the TMA unit (the async proxy)
-__device__ __forceinline__ void mbar_fence_init() {
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// mbarrier.arrive.expect_tx: arrive, and expect `bytes` more from TMA before the phase completes
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-// mbarrier.arrive: one arrival (a consumer thread is done with a stage)
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// mbarrier.try_wait.parity: spin until the phase with this parity (0, 1, 0, ...) has completed.
-// A fresh barrier counts as having completed the phase of parity 1 (so waiting on 1 passes).
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(smem_addr(bar)), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-// cp.async.bulk.tensor.4d: TMA copy of one box at coordinates {c0, c1, c2, c3} of the tensor
-// map into shared memory (zeros where the box leaves the tensor); its bytes complete on `bar`
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, uint64_t *bar,
-                                            int c0, int c1, int c2, int c3) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-        "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
-        "r"(smem_addr(bar))
-        : "memory");
-}
-// setmaxnreg: this warpgroup gives registers back to the SM's pool / takes them from it
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-// bar.sync / bar.arrive on named barrier `id` (1..15; 0 is __syncthreads) counting n threads:
-// wait for the barrier / arrive without waiting
-__device__ __forceinline__ void named_bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void named_bar_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-// wgmma.fence: order earlier register writes (accumulators, A operands) before the next wgmma
-__device__ __forceinline__ void wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-// wgmma.commit_group: close the group of wgmma issued since the last commit
-__device__ __forceinline__ void wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-// wgmma.wait_group N: wait until at most N committed groups are still running
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Tell the compiler that the registers of x change here: put after a wgmma_wait, so that no
-// read of an accumulator is moved above the wait (the compiler does not know wgmma is async).
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&x)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(x[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void fence_regs(uint32_t (&x)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+r"(x[i])::"memory");
-}
-// wgmma matrix descriptor of a 128-byte-swizzled operand in shared memory: start address,
-// leading and stride byte offsets (each >> 4, 14 bits), swizzle mode 1 = 128 bytes (bits 62-63)
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading_bytes,
-                                              uint32_t stride_bytes) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)((leading_bytes >> 4) & 0x3FFF) << 16 |
-           (uint64_t)((stride_bytes >> 4) & 0x3FFF) << 32 | 1ull << 62;
-}
-// wgmma.mma_async m64nNk16, bf16 in, fp32 accumulate, one warpgroup:
-//   wgmma_ss:    d (+)= A B, A and B from shared memory, both K-major; accumulate = 0: d = A B
-//   wgmma_rs_tb: d += A B, A from registers, B from shared memory MN-major (transposed)
-template <int N>
-__device__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate);
-template <int N>
-__device__ void wgmma_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b);
-// The accumulator operands of one wgmma, written once: "%0, ..., %31" in the instruction and
-// "+f"(d[0]) ... "+f"(d[31]) as the asm's outputs (32 floats a thread for N = 64, 64 for 128).
-#define WGMMA_REGS_32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define WGMMA_REGS_64 WGMMA_REGS_32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
-                      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, " \
-                      "%60, %61, %62, %63"
-#define WGMMA_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), \
-                       "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WGMMA_D_32(d) WGMMA_D8(d, 0), WGMMA_D8(d, 8), WGMMA_D8(d, 16), WGMMA_D8(d, 24)
-#define WGMMA_D_64(d) WGMMA_D_32(d), WGMMA_D8(d, 32), WGMMA_D8(d, 40), WGMMA_D8(d, 48), WGMMA_D8(d, 56)
-template <>
-__device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], uint64_t a, uint64_t b,
-                                              int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WGMMA_REGS_64
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : WGMMA_D_64(d)
-        : "l"(a), "l"(b), "r"(accumulate));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs_tb<64>(float (&d)[32], const uint32_t (&a)[4],
-                                                uint64_t b) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WGMMA_REGS_32
-        "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-        : WGMMA_D_32(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs_tb<128>(float (&d)[64], const uint32_t (&a)[4],
-                                                 uint64_t b) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WGMMA_REGS_64
-        "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-        : WGMMA_D_64(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-
-// two floats -> bf16x2 (round to nearest even), `lo` in the low half
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-// ---- fragment arithmetic (see the top of the file), written once --------------------------------
-// row and column of accumulator register i, relative to the thread's first row and column
-__device__ __forceinline__ int frag_row(int i) { return 8 * ((i >> 1) & 1); }
-__device__ __forceinline__ int frag_col(int i) { return 8 * (i >> 2) + (i & 1); }
-
-// ---- the two products of one tile ---------------------------------------------------------------
-
-// s = Q K^T for this warpgroup's 64 query rows (q: their first row in the Q tile of BR rows,
-// k: a K stage)
-template <int HS, int BR>
-__device__ __forceinline__ void gemm_qk(float (&s)[kBC / 2], uint32_t q, uint32_t k) {
-#pragma unroll
-    for (int ks = 0; ks < HS / 16; ks++) {
-        const uint32_t off_q = (ks / 4) * BR * kRowBytes + (ks % 4) * 32;
-        const uint32_t off_k = (ks / 4) * kBC * kRowBytes + (ks % 4) * 32;
-        wgmma_ss<kBC>(s, smem_desc(q + off_q, 16, 8 * kRowBytes),
-                      smem_desc(k + off_k, 16, 8 * kRowBytes), ks > 0);
-    }
-}
-// o += P V (p: P as bf16 pairs, 4 registers per k-step of 16 keys; v: a V stage)
-template <int HS>
-__device__ __forceinline__ void gemm_pv(float (&o)[HS / 2], const uint32_t (&p)[kBC / 4],
-                                        uint32_t v) {
-#pragma unroll
-    for (int kk = 0; kk < kBC / 16; kk++) {
-        const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-        wgmma_rs_tb<HS>(o, a, smem_desc(v + kk * 16 * kRowBytes, kBC * kRowBytes, 8 * kRowBytes));
-    }
-}
 
 // ---- online softmax over one tile ---------------------------------------------------------------
 // The thread's two rows (hf = 0, 1: rows g and g+8 of its warp) each have a running max m (raw
@@ -395,10 +211,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
             }
             online_softmax(s, m, l, alpha, scale_log2);
         };
-        auto to_bf16 = [&]() {
-#pragma unroll
-            for (int i = 0; i < kBC / 4; i++) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
-        };
+        auto to_bf16 = [&]() { pack_a(p, s); };
 
         // Turns, round robin: consumer c waits on barrier 1 + c before it issues products, then
         // hands over to the next (arrives on its barrier). The last consumer lets consumer 0 go
@@ -415,7 +228,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         mbar_wait(&kv_full[0], 0);
         my_turn();
         wgmma_fence();
-        gemm_qk<HS, BR>(s, q, sK);
+        gemm_abt<HS, kBC, BR, kBC>(s, q, sK);
         wgmma_commit();
         your_turn();
         wgmma_wait<0>();
@@ -428,9 +241,9 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
             mbar_wait(&kv_full[st], (j / STAGES) & 1);
             my_turn();
             wgmma_fence();
-            gemm_qk<HS, BR>(s, q, sK + st * S::KV_BYTES);
+            gemm_abt<HS, kBC, BR, kBC>(s, q, sK + st * S::KV_BYTES);
             wgmma_commit();
-            gemm_pv<HS>(o, p, sV + prev * S::KV_BYTES);
+            gemm_rab<HS, kBC, kBC>(o, p, sV + prev * S::KV_BYTES);
             wgmma_commit();
             your_turn();
             wgmma_wait<1>();   // S_j is done; P_{j-1} V_{j-1} may still run
@@ -446,7 +259,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         }
         my_turn();
         wgmma_fence();
-        gemm_pv<HS>(o, p, sV + ((kv_tiles - 1) % STAGES) * S::KV_BYTES);
+        gemm_rab<HS, kBC, kBC>(o, p, sV + ((kv_tiles - 1) % STAGES) * S::KV_BYTES);
         wgmma_commit();
         if (c != CONSUMERS - 1) your_turn();
         wgmma_wait<0>();
@@ -473,6 +286,324 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
     }
 }
 
+// ================================================================================================
+// Backward. Same notation as flash.cu's backward (read its comment first): per head, with
+// P = exp2(S * scale*log2e - logsumexp*log2e) recomputed from Q, K and the forward's logsumexp,
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D) with D[q] = sum dO[q] O[q],
+//   dK = scale dS^T Q,  dQ = scale dS K
+// Three kernels: flash.cu's prep (D, logsumexp*log2e, zeroed dQ sums), this one, flash.cu's
+// convert (the fp32 dQ sums, times scale, to bf16 in dqkv).
+//
+// ---- the tile picture: one CTA = one key/value block of BC = 128 rows of one head ---------------
+//
+//   global ──TMA──► shared memory                               registers (per consumer warpgroup)
+//                   ┌───────────────┐
+//   K, V rows  ───► │ K, V 128 x HS │ rows 64c..64c+63 ──► consumer c: dK, dV (64 x HS fp32) for
+//   kv0..kv0+127    │ (resident)    │                       the whole kernel
+//                   ├───────────────┤  full[s] / empty[s]
+//   Q, dO, lse, D ─►│ stage s of 2  │ ─────────────────► per query tile of BR rows (BR = 128 at
+//   of query tile i │ Q, dO BR x HS │                      HS = 64, 64 at HS = 128):
+//   (i = the block's│ lse, D  BR    │                      S^T = K Q^T, dP^T = V dO^T  (wgmma, SS)
+//    diagonal..end) └───────────────┘                      P^T = exp2(..), dS^T = P^T (dP^T - D)
+//                   ┌───────────────┐                      dV += P^T dO, dK += dS^T Q (wgmma, RS)
+//                   │ dS^T 128 x BR │ ◄── both consumers' dS^T ──┘
+//                   │ (2 buffers)   │ ──► dQ_i = dS K: consumer c computes 64 x 64 of it (SS, both
+//                   ├───────────────┤      operands transposed), -> shared memory, swizzled
+//                   │ dQ staging    │ ──► writer thread: TMA reduce-add into the fp32 dQ sums
+//                   └───────────────┘      (B, T, NH, HS); `deterministic`: in key-block order
+//
+//   producer warpgroup (24 registers): thread 0 issues every load (K, V once; then the ring),
+//   thread 32 issues every dQ reduction; consumers 1, 2 (240 registers).
+//
+// Why this shape (FlashAttention-3's backward, arXiv 2407.08608, is the same plan):
+// - Key/value-outer: dK and dV stay in registers for the whole kernel and are written once; only
+//   dQ, whose rows are shared between key blocks, is summed across CTAs.
+// - The products are transposed (S^T, dP^T: key rows are the wgmma M rows), so P^T and dS^T come
+//   out of the accumulators already as the A operands (from registers) of dV and dK.
+// - dQ needs dS with queries as rows and all 128 keys as the reduction: it has to pass through
+//   shared memory once, written by both consumers (one named barrier a step), double-buffered
+//   so that a consumer may write step i+1's dS^T while the other still reads step i's.
+// - dQ is added with TMA reductions (one instruction per 64 x 32 box, element-wise atomic in L2)
+//   from a swizzled staging tile: no per-thread atomics, and a fixed order is one flag per
+//   query tile away (deterministic mode: key block n adds after blocks 0..n-1, which were
+//   launched before it, so the waits cannot deadlock).
+// - Tiles: BC = 128 keys (two consumers of 64); BR = 128 queries at HS = 64 (S^T and dP^T take
+//   128 registers, dK and dV 64) and 64 at HS = 128 (dK and dV take 128).
+//
+// ---- per consumer, per step (query tile i, ring stage s) -----------------------------------------
+//   wait full[s]; issue S^T = K Q^T, dP^T = V dO^T
+//   wait S^T: P^T (exp2, causal mask on the diagonal tiles); wait dP^T: dS^T
+//   issue dV += P^T dO, dK += dS^T Q (A from registers)
+//   dS^T -> shared (buffer i % 2); fence; named barrier with the other consumer
+//   issue dQ_part = dS K; wait all; arrive empty[s]
+//   wait dq_empty[c]; dQ_part -> staging; fence; arrive dq_full[c]
+// ================================================================================================
+
+template <int HS>
+struct BwdShape {
+    static constexpr int BC = 128;                   // key/value rows of a CTA, 64 per consumer
+    static constexpr int BR = HS == 64 ? 128 : 64;   // query rows of a step
+    static constexpr int THREADS = 384;              // producer warpgroup + 2 consumers
+    static constexpr int CONSUMER_REGS = 240;        // 128*24 + 256*240 = 64,512 of 65,536
+    static constexpr int STAGES = 2;                 // Q/dO ring (3 do not fit beside the rest)
+    static constexpr int PANELS = HS / kPanelCols;
+    static constexpr int KV_BYTES = BC * HS * 2;        // K or V
+    static constexpr int QT_BYTES = BR * HS * 2;        // one stage's Q or dO
+    static constexpr int VEC_BYTES = BR * 4;            // one stage's lse*log2e or D
+    static constexpr int DS_BYTES = BC * BR * 2;        // dS^T, [BR/64 panels][BC][64]
+    static constexpr int DQ_BOX_BYTES = 64 * 128;       // a TMA box of dQ: 64 rows x 32 fp32
+    static constexpr int DQ_PART_BYTES = 2 * DQ_BOX_BYTES;   // a consumer's 64 x 64 of dQ
+    // consumer c's part of the BR x HS dQ tile: rows DQ_ROW(c).., columns DQ_COL(c)..
+    __device__ static constexpr int dq_row(int c) { return BR == 128 ? 64 * c : 0; }
+    __device__ static constexpr int dq_col(int c) { return BR == 128 ? 0 : 64 * c; }
+    // shared memory, every offset a multiple of 1024 (the swizzle's period)
+    static constexpr int K_OFF = 0, V_OFF = KV_BYTES, Q_OFF = 2 * KV_BYTES,
+                         DO_OFF = Q_OFF + STAGES * QT_BYTES, DS_OFF = DO_OFF + STAGES * QT_BYTES,
+                         DQ_OFF = DS_OFF + 2 * DS_BYTES, LSE_OFF = DQ_OFF + 2 * DQ_PART_BYTES,
+                         D_OFF = LSE_OFF + STAGES * VEC_BYTES, BYTES = D_OFF + STAGES * VEC_BYTES;
+    static constexpr size_t SMEM = 1024 + BYTES;
+    static_assert(SMEM <= 227 * 1024, "shared memory of one CTA");
+    static_assert(BR % 64 == 0 && BC == 128, "dQ parts and dS^T panels assume these");
+};
+
+// dq (64 x 64) = dS K for one consumer: A = dS, read from dS^T's panel at `ds` (64 queries x BC
+// keys, MN-major), B = K's panel at `k` (BC keys x 64 columns, MN-major)
+template <int BC>
+__device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t k) {
+#pragma unroll
+    for (int kc = 0; kc < BC / 16; kc++)
+        wgmma_ss_tt<64>(dq, smem_desc(ds + kc * 16 * 128, BC * 128, 1024),
+                        smem_desc(k + kc * 16 * 128, BC * 128, 1024), kc > 0);
+}
+
+// Grid: (key/value blocks) x (B*NH), 1-D, key block 0 of every head first (under the causal
+// mask it sees every query tile: the longest first, the short ones fill the tail). One CTA per SM.
+template <int HS, bool DETERMINISTIC>
+__global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
+    flash_backward_sm90_kernel(const __grid_constant__ CUtensorMap q_map,    // qkv, BR-row boxes
+                               const __grid_constant__ CUtensorMap kv_map,   // qkv, BC-row boxes
+                               const __grid_constant__ CUtensorMap do_map,   // dout, BR-row boxes
+                               const __grid_constant__ CUtensorMap dq_map,   // dQ sums, 64 x 32
+                               bf16 *__restrict__ dqkv, const float *__restrict__ lse2,
+                               const float *__restrict__ Dg, uint32_t *__restrict__ dq_flags,
+                               int T, int Tpad, int NH, int BNH, float scale, float scale_log2) {
+    using S = BwdShape<HS>;
+    constexpr int BC = S::BC, BR = S::BR, STAGES = S::STAGES;
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ uint64_t kv_full, full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
+    // the dynamic shared memory, 1024-aligned: as a generic pointer and as a shared address
+    unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const uint32_t base = smem_addr(smem);
+
+    const int bh = blockIdx.x % BNH, kv_block = blockIdx.x / BNH;
+    const int b = bh / NH, h = bh % NH;
+    const int kv0 = kv_block * BC;
+    const int q_tiles = (T + BR - 1) / BR;
+    const int first_tile = kv0 / BR;   // earlier queries see none of the block's keys
+    const int steps = q_tiles - first_tile;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        mbar_init(&kv_full, 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 256);
+        }
+        for (int c = 0; c < 2; c++) {
+            mbar_init(&dq_full[c], 128);
+            mbar_init(&dq_empty[c], 1);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        setmaxnreg_dec<kProducerRegs>();
+        if (threadIdx.x == 0) {
+            // ---- producer. Tensor-map coordinates: {column, part * NH + head, row, batch} in
+            // qkv (part 0, 1, 2 = q, k, v), {column, head, row, batch} in dout
+            mbar_arrive_expect_tx(&kv_full, 2 * S::KV_BYTES);
+            for (int p = 0; p < S::PANELS; p++) {
+                const uint32_t off = p * BC * kRowBytes;
+                tma_load_4d(base + S::K_OFF + off, &kv_map, &kv_full, p * kPanelCols, NH + h, kv0, b);
+                tma_load_4d(base + S::V_OFF + off, &kv_map, &kv_full, p * kPanelCols, 2 * NH + h,
+                            kv0, b);
+            }
+            for (int step = 0; step < steps; step++) {
+                const RingSlot<STAGES> slot(step);
+                const int q0 = (first_tile + step) * BR;
+                mbar_wait(&empty[slot.stage], slot.parity ^ 1);
+                mbar_arrive_expect_tx(&full[slot.stage], 2 * S::QT_BYTES + 2 * S::VEC_BYTES);
+                for (int p = 0; p < S::PANELS; p++) {
+                    const uint32_t off = slot.stage * S::QT_BYTES + p * BR * kRowBytes;
+                    tma_load_4d(base + S::Q_OFF + off, &q_map, &full[slot.stage], p * kPanelCols,
+                                h, q0, b);
+                    tma_load_4d(base + S::DO_OFF + off, &do_map, &full[slot.stage],
+                                p * kPanelCols, h, q0, b);
+                }
+                const size_t vec = (size_t)bh * Tpad + q0;
+                bulk_load(base + S::LSE_OFF + slot.stage * S::VEC_BYTES, lse2 + vec, S::VEC_BYTES,
+                          &full[slot.stage]);
+                bulk_load(base + S::D_OFF + slot.stage * S::VEC_BYTES, Dg + vec, S::VEC_BYTES,
+                          &full[slot.stage]);
+            }
+        } else if (threadIdx.x == 32) {
+            // ---- dQ writer: each step's two 64 x 64 parts, reduce-added into the fp32 sums
+            for (int step = 0; step < steps; step++) {
+                const int tile = first_tile + step, q0 = tile * BR;
+                uint32_t *flag = dq_flags + (size_t)bh * q_tiles + tile;
+                if (DETERMINISTIC) {   // key blocks 0..kv_block-1 have added theirs
+                    while (load_acquire(flag) != (uint32_t)kv_block) {
+                    }
+                    fence_proxy_async_global();
+                }
+                for (int c = 0; c < 2; c++) {
+                    mbar_wait(&dq_full[c], step & 1);
+                    for (int x = 0; x < 2; x++)
+                        tma_reduce_add_4d(&dq_map,
+                                          base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
+                                          S::dq_col(c) + 32 * x, h, q0 + S::dq_row(c), b);
+                }
+                tma_commit();
+                tma_wait_read();   // staging read: the consumers may write the next step's
+                mbar_arrive(&dq_empty[0]);
+                mbar_arrive(&dq_empty[1]);
+                if (DETERMINISTIC) {   // added: key block kv_block + 1 may go
+                    tma_wait();
+                    fence_proxy_async_global();
+                    add_release(flag, 1);
+                }
+            }
+            tma_wait();
+        }
+    } else {
+        // ---- consumer c: key rows kv0 + 64c .. kv0 + 64c + 63
+        setmaxnreg_inc<S::CONSUMER_REGS>();
+        const int c = wg - 1;
+        const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+        const int g = lane / 4, t = lane % 4;
+        const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
+        const uint32_t k_rows = base + S::K_OFF + 64 * c * kRowBytes;
+        const uint32_t v_rows = base + S::V_OFF + 64 * c * kRowBytes;
+
+        float dk[HS / 2], dv[HS / 2];
+#pragma unroll
+        for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
+        mbar_wait(&kv_full, 0);
+
+        for (int step = 0; step < steps; step++) {
+            const RingSlot<STAGES> slot(step);
+            const int q0 = (first_tile + step) * BR;
+            const uint32_t q = base + S::Q_OFF + slot.stage * S::QT_BYTES;
+            const uint32_t dO = base + S::DO_OFF + slot.stage * S::QT_BYTES;
+            const float *lse_s = reinterpret_cast<const float *>(smem + S::LSE_OFF) + slot.stage * BR;
+            const float *D_s = reinterpret_cast<const float *>(smem + S::D_OFF) + slot.stage * BR;
+
+            // S^T = K Q^T, dP^T = V dO^T (64 keys x BR queries each)
+            float s[BR / 2], dp[BR / 2];
+            mbar_wait(&full[slot.stage], slot.parity);
+            wgmma_fence();
+            gemm_abt<HS, BR, BC, BR>(s, k_rows, q);
+            wgmma_commit();
+            gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
+            wgmma_commit();
+
+            // P^T = exp2(S^T * scale*log2e - lse[query]*log2e), 0 where the key is after the
+            // query (only in tiles that cross this consumer's diagonal). Columns are queries:
+            // the thread's are 8j + 2t + {0, 1}. Query rows past T were loaded as zeros, with
+            // lse = D = 0: P = 1 there, but dO = 0 and dS = 1 * (0 - 0) = 0 add nothing.
+            wgmma_wait<1>();
+            fence_regs(s);
+            const bool diagonal = q0 < kv0 + 64 * c + 63;
+#pragma unroll
+            for (int j = 0; j < BR / 8; j++) {
+                const float2 l = *reinterpret_cast<const float2 *>(lse_s + 8 * j + 2 * t);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = 4 * j + e;
+                    float p = exp2f(fmaf(s[i], scale_log2, -((e & 1) ? l.y : l.x)));
+                    if (diagonal && key0 + frag_row(i) > q0 + 2 * t + frag_col(i)) p = 0.0f;
+                    s[i] = p;
+                }
+            }
+            // dS^T = P^T * (dP^T - D[query])
+            wgmma_wait<0>();
+            fence_regs(dp);
+#pragma unroll
+            for (int j = 0; j < BR / 8; j++) {
+                const float2 d = *reinterpret_cast<const float2 *>(D_s + 8 * j + 2 * t);
+#pragma unroll
+                for (int e = 0; e < 4; e++) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? d.y : d.x));
+            }
+            uint32_t pa[BR / 4], dsa[BR / 4];
+            pack_a(pa, s);
+            pack_a(dsa, dp);
+
+            // dV += P^T dO, dK += dS^T Q
+            wgmma_fence();
+            gemm_rab<HS, BR, BR>(dv, pa, dO);
+            gemm_rab<HS, BR, BR>(dk, dsa, q);
+            wgmma_commit();
+
+            // dS^T -> shared, as the MN-major A operand of dS K: [query panel][key row][64]
+            // (dsa[k] holds key row 8*(k%2) and queries 8*(k/2) + 2t, +1 of the thread's)
+            unsigned char *ds_tile = smem + S::DS_OFF + (step & 1) * S::DS_BYTES;
+#pragma unroll
+            for (int k = 0; k < BR / 4; k++) {
+                const int row = 64 * c + 16 * warp + g + 8 * (k & 1);
+                const int col = 8 * (k >> 1) + 2 * t;
+                *reinterpret_cast<uint32_t *>(ds_tile + (col / 64) * BC * kRowBytes +
+                                              swizzle_128b(row, (col % 64) * 2)) = dsa[k];
+            }
+            fence_proxy_async_shared();
+            named_bar_sync(1, 256);   // both consumers' dS^T are in
+
+            // this consumer's part of dQ_i = dS K
+            float dq[32];
+            wgmma_fence();
+            gemm_dsk<BC>(dq, smem_addr(ds_tile) + (S::dq_row(c) / 64) * BC * kRowBytes,
+                         base + S::K_OFF + (S::dq_col(c) / 64) * BC * kRowBytes);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(dv);
+            fence_regs(dk);
+            fence_regs(dq);
+            fence_regs(pa);
+            fence_regs(dsa);
+            mbar_arrive(&empty[slot.stage]);   // Q, dO, lse, D of this stage are no longer read
+
+            // dQ part -> staging, two 64 x 32 fp32 boxes in TMA's 128-byte swizzle
+            mbar_wait(&dq_empty[c], (step & 1) ^ 1);
+            unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
+#pragma unroll
+            for (int i = 0; i < 32; i += 2) {
+                const int row = 16 * warp + g + frag_row(i), col = 2 * t + frag_col(i);
+                *reinterpret_cast<float2 *>(staging + (col / 32) * S::DQ_BOX_BYTES +
+                                            swizzle_128b(row, (col % 32) * 4)) =
+                    make_float2(dq[i], dq[i + 1]);
+            }
+            fence_proxy_async_shared();
+            mbar_arrive(&dq_full[c]);
+        }
+
+        // dK = scale * sum dS^T Q, dV = sum P^T dO: written once into packed dqkv
+        const int C = NH * HS;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int key = key0 + 8 * hf;
+            if (key >= T) continue;
+            bf16 *dk_g = dqkv + ((size_t)(b * T + key) * 3 + 1) * C + h * HS + 2 * t;
+            bf16 *dv_g = dk_g + C;
+#pragma unroll
+            for (int i = 2 * hf; i < HS / 2; i += 4) {
+                *reinterpret_cast<uint32_t *>(dk_g + frag_col(i)) =
+                    pack_bf16(dk[i] * scale, dk[i + 1] * scale);
+                *reinterpret_cast<uint32_t *>(dv_g + frag_col(i)) = pack_bf16(dv[i], dv[i + 1]);
+            }
+        }
+    }
+}
+
 // ---- host side ----------------------------------------------------------------------------------
 
 // cuTensorMapEncodeTiled from the driver, found through the runtime (so no -lcuda)
@@ -490,40 +621,52 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return fn;
 }
 
-// The tensor map of a packed qkv buffer: a 4-D bf16 tensor {HS, 3*NH, T, B} (innermost first),
-// boxes of {64 columns, 1 head, `rows` rows, 1 batch}, 128-byte swizzle, zeros outside. A map is
-// a function of (pointer, shape, box) alone, so maps are kept in a small table: each layer's qkv
-// buffer is encoded once, and a buffer freed and reallocated at the same address gets the same map.
-const CUtensorMap *qkv_tensor_map(const bf16 *qkv, int B, int T, int NH, int HS, int rows) {
+// The tensor map of a 4-D tensor {cols, heads, T, B} (innermost first) of bf16 or fp32 values,
+// rows of `cols` values, `heads` rows a position (3*NH in packed qkv and dqkv, NH in dout and
+// the dQ sums): boxes of {box_cols, 1 head, rows, 1 batch}, 128-byte swizzle (box_cols values
+// are 128 bytes), zeros where a load leaves the tensor, nothing written where a store or
+// reduction does. A map is a function of (pointer, type, shape, box) alone, so maps are kept in
+// a table: each layer's buffers are encoded once, and a buffer freed and reallocated at the same
+// address gets the same map.
+const CUtensorMap *tensor_map_4d(const void *ptr, CUtensorMapDataType type, int cols, int heads,
+                                 int T, int B, int box_cols, int rows) {
     struct Entry {
-        const bf16 *qkv;
-        int B, T, NH, HS, rows;
+        const void *ptr;
+        CUtensorMapDataType type;
+        int cols, heads, T, B, box_cols, rows;
         CUtensorMap map;
     };
-    static Entry table[64];
+    constexpr int kEntries = 256;   // 48 layers x (two forward maps, three backward ones) fit
+    static Entry table[kEntries];
     static int used = 0, next = 0;
     for (int i = 0; i < used; i++) {
         const Entry &e = table[i];
-        if (e.qkv == qkv && e.B == B && e.T == T && e.NH == NH && e.HS == HS && e.rows == rows)
+        if (e.ptr == ptr && e.type == type && e.cols == cols && e.heads == heads && e.T == T &&
+            e.B == B && e.box_cols == box_cols && e.rows == rows)
             return &e.map;
     }
     Entry &e = table[next];
-    next = (next + 1) % 64;
-    if (used < 64) used++;
-    e = Entry{qkv, B, T, NH, HS, rows, {}};
-    const cuuint64_t dims[4] = {(cuuint64_t)HS, (cuuint64_t)3 * NH, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[3] = {(cuuint64_t)HS * 2, (cuuint64_t)3 * NH * HS * 2,
-                                   (cuuint64_t)T * 3 * NH * HS * 2};   // bytes, of dims 1..3
-    const cuuint32_t box[4] = {kPanelCols, 1, (cuuint32_t)rows, 1};
+    next = (next + 1) % kEntries;
+    if (used < kEntries) used++;
+    e = Entry{ptr, type, cols, heads, T, B, box_cols, rows, {}};
+    const cuuint64_t elem = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 2;
+    const cuuint64_t dims[4] = {(cuuint64_t)cols, (cuuint64_t)heads, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[3] = {cols * elem, (cuuint64_t)heads * cols * elem,
+                                   (cuuint64_t)T * heads * cols * elem};   // bytes, of dims 1..3
+    const cuuint32_t box[4] = {(cuuint32_t)box_cols, 1, (cuuint32_t)rows, 1};
     const cuuint32_t unit[4] = {1, 1, 1, 1};
     const CUresult r = tensor_map_encoder()(
-        &e.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<bf16 *>(qkv), dims, strides, box,
-        unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        &e.map, type, 4, const_cast<void *>(ptr), dims, strides, box, unit,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
-        die("flash_sm90: cuTensorMapEncodeTiled failed (%d) for qkv %p, B=%d T=%d NH=%d HS=%d, "
-            "boxes of %d rows", (int)r, (const void *)qkv, B, T, NH, HS, rows);
+        die("flash_sm90: cuTensorMapEncodeTiled failed (%d) for %p: %d x %d x %d x %d values of "
+            "%d bytes, boxes of %d x %d", (int)r, ptr, cols, heads, T, B, (int)elem, box_cols, rows);
     return &e.map;
+}
+// the maps of packed qkv (boxes of `rows` rows of one head's q, k or v) and of dout
+const CUtensorMap *qkv_tensor_map(const bf16 *qkv, int B, int T, int NH, int HS, int rows) {
+    return tensor_map_4d(qkv, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, HS, 3 * NH, T, B, kPanelCols, rows);
 }
 
 template <int HS, int CONSUMERS>
@@ -545,6 +688,41 @@ void forward_launch(bf16 *out, float *logsumexp, const bf16 *qkv, int B, int T, 
     LAUNCH_CHECK();
 }
 
+template <int HS, bool DETERMINISTIC>
+void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float *D,
+                     uint32_t *dq_flags, const bf16 *dout, const bf16 *qkv, int B, int T, int Tpad,
+                     int NH) {
+    using S = BwdShape<HS>;
+    auto kernel = flash_backward_sm90_kernel<HS, DETERMINISTIC>;
+    static bool smem_set = false;
+    if (!smem_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)S::SMEM));
+        smem_set = true;
+    }
+    if (Tpad % S::BR || ((uintptr_t)lse2 | (uintptr_t)D) % 16)
+        die("flash_sm90 backward: lse and D must be 16-byte aligned rows of a multiple of %d "
+            "(Tpad %d)", S::BR, Tpad);
+    const float scale = 1.0f / sqrtf((float)HS);
+    const CUtensorMap q_map = *qkv_tensor_map(qkv, B, T, NH, HS, S::BR);
+    const CUtensorMap kv_map = *qkv_tensor_map(qkv, B, T, NH, HS, S::BC);
+    const CUtensorMap do_map =
+        *tensor_map_4d(dout, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, HS, NH, T, B, kPanelCols, S::BR);
+    const CUtensorMap dq_map =
+        *tensor_map_4d(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, HS, NH, T, B, 32, 64);
+    const int blocks = ceil_div(T, S::BC) * B * NH;
+    kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dqkv, lse2,
+                                                        D, dq_flags, T, Tpad, NH, B * NH, scale,
+                                                        scale * kLog2e);
+    LAUNCH_CHECK();
+}
+
+// an environment switch, read once: unset -> fallback, "0" -> false, anything else -> true
+bool env_flag(const char *name, bool fallback) {
+    const char *v = getenv(name);
+    return v ? strcmp(v, "0") != 0 : fallback;
+}
+
 }  // namespace
 
 bool flash_sm90_enabled() {
@@ -554,10 +732,19 @@ bool flash_sm90_enabled() {
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        const char *env = getenv("FLASH_SM90");
-        enabled = major == 9 && minor == 0 && !(env && !strcmp(env, "0"));
+        enabled = major == 9 && minor == 0 && env_flag("FLASH_SM90", true);
     }
     return enabled;
+}
+
+bool flash_sm90_backward_enabled() {
+    static const bool enabled = flash_sm90_enabled() && env_flag("FLASH_SM90_BWD", true);
+    return enabled;
+}
+
+bool flash_sm90_deterministic() {
+    static const bool deterministic = env_flag("FLASH_DETERMINISTIC", false);
+    return deterministic;
 }
 
 void flash_sm90_forward(floatX *out, float *logsumexp, const floatX *qkv, int B, int T, int NH,
@@ -565,4 +752,18 @@ void flash_sm90_forward(floatX *out, float *logsumexp, const floatX *qkv, int B,
     if (HS == 128) forward_launch<128, 2>(BF(out), logsumexp, CBF(qkv), B, T, NH);
     else if (T <= 1024) forward_launch<64, 2>(BF(out), logsumexp, CBF(qkv), B, T, NH);
     else forward_launch<64, 3>(BF(out), logsumexp, CBF(qkv), B, T, NH);
+}
+
+void flash_sm90_backward(floatX *dqkv, float *dq_accum, const float *lse2, const float *D,
+                         uint32_t *dq_flags, const floatX *dout, const floatX *qkv, int B, int T,
+                         int Tpad, int NH, int HS) {
+    const bool det = flash_sm90_deterministic();
+    if (HS == 64 && det)
+        backward_launch<64, true>(BF(dqkv), dq_accum, lse2, D, dq_flags, CBF(dout), CBF(qkv), B, T, Tpad, NH);
+    else if (HS == 64)
+        backward_launch<64, false>(BF(dqkv), dq_accum, lse2, D, dq_flags, CBF(dout), CBF(qkv), B, T, Tpad, NH);
+    else if (det)
+        backward_launch<128, true>(BF(dqkv), dq_accum, lse2, D, dq_flags, CBF(dout), CBF(qkv), B, T, Tpad, NH);
+    else
+        backward_launch<128, false>(BF(dqkv), dq_accum, lse2, D, dq_flags, CBF(dout), CBF(qkv), B, T, Tpad, NH);
 }

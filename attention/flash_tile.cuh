@@ -1,0 +1,321 @@
+// flash_tile.cuh: the tile vocabulary of the attention kernels, each PTX instruction wrapped once
+// in a named function with a one-line comment. Read it once; the kernels (flash.cu, the Hopper
+// forward and backward in flash_sm90.cu, layers/decode_attention.cu) name these and not the PTX.
+//
+//   constants and packing       kLog2e, kLn2, pack_bf16, smem_addr
+//   mbarrier                    init, arrive, arrive with expected bytes, wait on a phase parity
+//   TMA (bulk tensor copy)      global -> shared tile loads; shared -> global tile reduce-add;
+//                               1-D bulk loads; the bulk group commit and waits
+//   proxies                     fence.proxy.async: ordinary shared stores before TMA/wgmma reads
+//   warpgroups                  setmaxnreg, named barriers
+//   wgmma                       descriptors of 128-byte swizzled shared tiles, the products
+//   accumulator fragments       frag_row, frag_col: where accumulator register i lives
+//
+// Everything below "Hopper" exists only on sm_90a (wgmma, setmaxnreg) or sm_90 (TMA, mbarrier
+// transactions); those functions are compiled only where a kernel calls them.
+#pragma once
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include "../layers/cuda_common.cuh"
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// generic pointer into shared memory -> the 32-bit shared address PTX takes
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// two floats -> bf16x2 (round to nearest even), `lo` in the low half
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// ================================================================================================
+// Hopper
+// ================================================================================================
+
+// ---- mbarrier ----------------------------------------------------------------------------------
+// mbarrier.init: a barrier that completes a phase after `count` arrivals (and its expected bytes)
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+// fence.mbarrier_init: make initialised barriers visible to the TMA unit (the async proxy)
+__device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// mbarrier.arrive.expect_tx: arrive, and expect `bytes` more from TMA before the phase completes
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+// mbarrier.arrive: one arrival (e.g. a consumer thread is done with a stage)
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// mbarrier.try_wait.parity: spin until the phase with this parity (0, 1, 0, ...) has completed.
+// A fresh barrier counts as having completed the phase of parity 1 (so waiting on 1 passes).
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(smem_addr(bar)), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+// ---- a ring of shared-memory stages: which stage step `step` uses, and the parity to wait on --
+// The producer waits on `empty` with the parity flipped (round 0 passes at once), the consumers
+// on `full` with it as is.
+template <int STAGES>
+struct RingSlot {
+    int stage;
+    uint32_t parity;
+    __device__ explicit RingSlot(int step) : stage(step % STAGES), parity((step / STAGES) & 1) {}
+};
+
+// ---- TMA ---------------------------------------------------------------------------------------
+// cp.async.bulk.tensor.4d: TMA copy of one box at coordinates {c0, c1, c2, c3} of the tensor
+// map into shared memory (zeros where the box leaves the tensor); its bytes complete on `bar`
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, uint64_t *bar,
+                                            int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+        "r"(smem_addr(bar))
+        : "memory");
+}
+// cp.reduce.async.bulk.tensor.4d .add: adds a shared-memory box into the tensor at {c0..c3},
+// element by element, atomically with respect to other reductions (parts of the box outside the
+// tensor are skipped); one bulk group operation (tma_commit, tma_wait_read, tma_wait)
+__device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap *map, uint32_t src, int c0,
+                                                  int c1, int c2, int c3) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group "
+        "[%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+        "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
+// cp.async.bulk (1-D): `bytes` (a multiple of 16, both addresses 16-byte aligned) from global
+// to shared memory; they complete on `bar`
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
+                                          uint64_t *bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+        ::"r"(dst), "l"(src), "r"(bytes), "r"(smem_addr(bar))
+        : "memory");
+}
+// cp.async.bulk.commit_group: close the group of bulk stores/reductions issued since the last
+__device__ __forceinline__ void tma_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// cp.async.bulk.wait_group.read 0: every committed group has finished reading shared memory
+__device__ __forceinline__ void tma_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// cp.async.bulk.wait_group 0: every committed group has completed (its writes performed)
+__device__ __forceinline__ void tma_wait() {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// ---- proxies ------------------------------------------------------------------------------------
+// fence.proxy.async.shared::cta: this thread's ordinary shared stores (st.shared) become visible
+// to the async proxy (TMA, wgmma); put before the barrier that lets them read
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// fence.proxy.async.global: orders this thread's async-proxy global accesses (TMA reductions)
+// with its ordinary ones (the flags that order reductions between CTAs)
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+// ld.acquire.gpu: a flag written by another CTA, and everything it released
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+// red.release.gpu.add: *p += v after everything this thread wrote before
+__device__ __forceinline__ void add_release(uint32_t *p, uint32_t v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+// ---- warpgroups ---------------------------------------------------------------------------------
+// setmaxnreg: this warpgroup gives registers back to the SM's pool / takes them from it
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+// bar.sync / bar.arrive on named barrier `id` (1..15; 0 is __syncthreads) counting n threads:
+// wait for the barrier / arrive without waiting
+__device__ __forceinline__ void named_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+// ---- wgmma ----------------------------------------------------------------------------------------
+// Shared tiles are TMA's CU_TENSOR_MAP_SWIZZLE_128B layout: panels of R rows x 128 bytes (64
+// bf16 or 32 fp32), 8-row groups of 1024 bytes (1024-aligned), 16-byte chunk c of row r at chunk
+// c ^ (r % 8). swizzle_128b gives the byte offset of (row, byte) in one panel; ordinary stores
+// that wgmma or TMA read next use it.
+__device__ __forceinline__ uint32_t swizzle_128b(int row, int byte) {
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+// wgmma matrix descriptor of a 128-byte-swizzled operand in shared memory: start address,
+// leading and stride byte offsets (each >> 4, 14 bits), swizzle mode 1 = 128 bytes (bits 62-63).
+//   K-major operand (the reduction dimension contiguous: Q, K, V rows as A or B of x y^T): a
+//     k-step of 16 lies in panel ks/4 at byte 32*(ks%4) of each row; stride = 1024 (8-row
+//     groups); leading unused (16).
+//   MN-major operand (the M or N dimension contiguous, the transpose flag set: V in P V, dO in
+//     P^T dO, K in dS K, dS^T in dS K): a k-step of 16 rows starts 16 * 128 bytes in; stride =
+//     1024 (8-row groups along k), leading = the distance between 64-wide panels along M or N.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading_bytes,
+                                              uint32_t stride_bytes) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)((leading_bytes >> 4) & 0x3FFF) << 16 |
+           (uint64_t)((stride_bytes >> 4) & 0x3FFF) << 32 | 1ull << 62;
+}
+// wgmma.fence: order earlier register writes (accumulators, A operands) before the next wgmma
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+// wgmma.commit_group: close the group of wgmma issued since the last commit
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// wgmma.wait_group N: wait until at most N committed groups are still running
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Tell the compiler that the registers of x change here: put after a wgmma_wait, so that no
+// read of an accumulator is moved above the wait (the compiler does not know wgmma is async),
+// and so that A-operand registers stay untouched until the products reading them are done.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&x)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(x[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&x)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(x[i])::"memory");
+}
+// wgmma.mma_async m64nNk16, bf16 in, fp32 accumulate, one warpgroup:
+//   wgmma_ss:    d (+)= A B, A and B from shared memory, both K-major; accumulate = 0: d = A B
+//   wgmma_ss_tt: d (+)= A B, A and B from shared memory, both MN-major (transposed)
+//   wgmma_rs_tb: d += A B, A from registers, B from shared memory MN-major (transposed)
+template <int N>
+__device__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate);
+template <int N>
+__device__ void wgmma_ss_tt(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate);
+template <int N>
+__device__ void wgmma_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b);
+// The accumulator operands of one wgmma, written once: "%0, ..., %31" in the instruction and
+// "+f"(d[0]) ... "+f"(d[31]) as the asm's outputs (32 floats a thread for N = 64, 64 for 128).
+#define WGMMA_REGS_32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WGMMA_REGS_64 WGMMA_REGS_32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
+                      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, " \
+                      "%60, %61, %62, %63"
+#define WGMMA_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), \
+                       "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WGMMA_D_32(d) WGMMA_D8(d, 0), WGMMA_D8(d, 8), WGMMA_D8(d, 16), WGMMA_D8(d, 24)
+#define WGMMA_D_64(d) WGMMA_D_32(d), WGMMA_D8(d, 32), WGMMA_D8(d, 40), WGMMA_D8(d, 48), WGMMA_D8(d, 56)
+template <>
+__device__ __forceinline__ void wgmma_ss<64>(float (&d)[32], uint64_t a, uint64_t b,
+                                             int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WGMMA_REGS_32
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : WGMMA_D_32(d)
+        : "l"(a), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], uint64_t a, uint64_t b,
+                                              int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WGMMA_REGS_64
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : WGMMA_D_64(d)
+        : "l"(a), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss_tt<64>(float (&d)[32], uint64_t a, uint64_t b,
+                                                int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WGMMA_REGS_32
+        "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+        : WGMMA_D_32(d)
+        : "l"(a), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs_tb<64>(float (&d)[32], const uint32_t (&a)[4],
+                                                uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WGMMA_REGS_32
+        "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+        : WGMMA_D_32(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs_tb<128>(float (&d)[64], const uint32_t (&a)[4],
+                                                 uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WGMMA_REGS_64
+        "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+        : WGMMA_D_64(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// ---- the products on whole tiles, for one warpgroup (64 rows of the result) -----------------------
+// d (64 x N) = A B^T: A's 64 rows at `a` in a tile of A_ROWS rows, B's N rows at `b` in a tile
+// of B_ROWS rows, both K-major over HS (S = Q K^T, S^T = K Q^T, dP^T = V dO^T)
+template <int HS, int N, int A_ROWS, int B_ROWS>
+__device__ __forceinline__ void gemm_abt(float (&d)[N / 2], uint32_t a, uint32_t b) {
+#pragma unroll
+    for (int ks = 0; ks < HS / 16; ks++) {
+        const uint32_t col = (ks % 4) * 32;
+        wgmma_ss<N>(d, smem_desc(a + (ks / 4) * A_ROWS * 128 + col, 16, 1024),
+                    smem_desc(b + (ks / 4) * B_ROWS * 128 + col, 16, 1024), ks > 0);
+    }
+}
+// d (64 x HS) += A B: A (64 x K) in registers as bf16 pairs (4 a k-step, see pack_a), B (K x HS)
+// the first K rows of a tile of B_ROWS rows, MN-major (O += P V, dV += P^T dO, dK += dS^T Q)
+template <int HS, int K, int B_ROWS>
+__device__ __forceinline__ void gemm_rab(float (&d)[HS / 2], const uint32_t (&a)[K / 4],
+                                         uint32_t b) {
+#pragma unroll
+    for (int kk = 0; kk < K / 16; kk++) {
+        const uint32_t ak[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
+        wgmma_rs_tb<HS>(d, ak, smem_desc(b + kk * 16 * 128, B_ROWS * 128, 1024));
+    }
+}
+
+// ---- accumulator fragments (m64nN, fp32) ---------------------------------------------------------
+// Warp w of the warpgroup holds rows 16w..16w+15; thread lane = 4g + t holds register i at
+//   row 16w + g + frag_row(i), column 2t + frag_col(i)
+// Packed two by two, an accumulator is the A operand (from registers) of the next product:
+// pack_a turns N/2 floats into N/4 bf16 pairs, 4 per k-step of 16 columns.
+__device__ __forceinline__ int frag_row(int i) { return 8 * ((i >> 1) & 1); }
+__device__ __forceinline__ int frag_col(int i) { return 8 * (i >> 2) + (i & 1); }
+template <int N>
+__device__ __forceinline__ void pack_a(uint32_t (&a)[N / 2], const float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) a[i] = pack_bf16(d[2 * i], d[2 * i + 1]);
+}
