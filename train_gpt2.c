@@ -52,6 +52,7 @@ typedef struct {
     int recompute;               // -r  activation recomputation level (gpt2.h: RECOMPUTE_*)
     int overwrite;               // --overwrite
     int shuffle;                 // --shuffle
+    int deterministic;           // --deterministic
     int max_seq_len;             // --max-seq-len (from-scratch models)
     float max_grad_norm;         // --max-grad-norm
     uint64_t seed;               // --seed
@@ -93,6 +94,10 @@ static void usage(FILE *out) {
         "  --overwrite a new run (no -y 1) into an -o folder that holds another run's checkpoints\n"
         "              and log.csv: delete them first (default: refuse)\n"
         "  --shuffle   shuffle shard and batch order every epoch\n"
+        "  --deterministic  sum every gradient in a fixed order, so that runs with the same\n"
+        "              flags and a run resumed from a checkpoint match bit for bit (flash on\n"
+        "              Hopper adds dQ in key order, a few percent slower; refused by flash's\n"
+        "              mma.sync backward on older GPUs; always so on the CPU and with naive)\n"
         "  --seed N    seed for initialisation, shuffling and sampling (default 1337)\n"
         "  --max-seq-len N  max_seq_len of a new dN model (default max(T, 1024))\n"
         "  --max-grad-norm X  clip the global gradient norm to X, 0 = off (default 1.0)\n"
@@ -165,7 +170,8 @@ static Options parse_options(int argc, char **argv) {
         INT_FLAG("-n", &o.checkpoint_every, 0, 1 << 30), INT_FLAG("-nk", &o.keep_checkpoints, 0, 1 << 20),
         INT_FLAG("-y", &o.resume, 0, 1), INT_FLAG("-r", &o.recompute, 0, RECOMPUTE_LEVELS - 1),
         SWITCH_FLAG("--overwrite", &o.overwrite),
-        SWITCH_FLAG("--shuffle", &o.shuffle), U64_FLAG("--seed", &o.seed, 0, LONG_MAX),
+        SWITCH_FLAG("--shuffle", &o.shuffle), SWITCH_FLAG("--deterministic", &o.deterministic),
+        U64_FLAG("--seed", &o.seed, 0, LONG_MAX),
         INT_FLAG("--max-seq-len", &o.max_seq_len, 1, 1 << 20),
         FLOAT_FLAG("--max-grad-norm", &o.max_grad_norm, 0.0, 1e9),
         INT_FLAG("--world", &o.world, 1, 1 << 20), INT_FLAG("--rank", &o.rank, 0, 1 << 20),
@@ -612,6 +618,10 @@ int main(int argc, char **argv) {
                        .force = strcmp(o.comm, "auto") != 0};
     comm_init(&comm);
     if (backend_init() != 0) die("the %s backend could not start (see above)", backend_name());
+    if (attention_set_deterministic(o.deterministic) < o.deterministic)
+        die("flag --deterministic: %s attention's backward on this device sums dQ with atomics, in "
+            "no fixed order; build with ATTENTION=naive, or train on a Hopper GPU (H100, H200)",
+            attention_name);
     // rank 0 alone prints; the others' errors still reach stderr
     if (o.rank != 0 && !freopen("/dev/null", "w", stdout)) die("rank %d: cannot silence its output", o.rank);
 
@@ -695,7 +705,8 @@ int main(int argc, char **argv) {
     char desc[256];
     backend_describe(desc, sizeof(desc));
     printf("+-------------------+----------------------------------------------------+\n");
-    printf("| backend           | %s, %s, attention=%s\n", backend_name(), FLOATX_NAME, attention_name);
+    printf("| backend           | %s, %s, attention=%s%s\n", backend_name(), FLOATX_NAME, attention_name,
+           attention_deterministic() ? ", deterministic" : "");
     printf("| device            | %s\n", desc);
     printf("| init              | %s%s\n", o.resume ? o.out_dir : o.init, o.resume ? " (resumed)" : "");
     gpt2_print_config(&model);

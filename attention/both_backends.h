@@ -27,6 +27,7 @@ extern "C" {
     extern ATTENTION_TYPEOF(attention_name) prefix##_attention_name;           \
     ATTENTION_TYPEOF(attention_saved_size) prefix##_attention_saved_size;      \
     ATTENTION_TYPEOF(attention_scratch_size) prefix##_attention_scratch_size;  \
+    ATTENTION_TYPEOF(attention_set_deterministic) prefix##_attention_set_deterministic;\
     ATTENTION_TYPEOF(attention_deterministic) prefix##_attention_deterministic;\
     ATTENTION_TYPEOF(attention_forward) prefix##_attention_forward;            \
     ATTENTION_TYPEOF(attention_backward) prefix##_attention_backward;
@@ -42,6 +43,7 @@ typedef struct {
     int saves_logsumexp;   // what `saved` holds: 0, P (B, NH, T, T); 1, logsumexp (B, NH, T) fp32
     ATTENTION_TYPEOF(attention_saved_size) *saved_size;
     ATTENTION_TYPEOF(attention_scratch_size) *scratch_size;
+    ATTENTION_TYPEOF(attention_set_deterministic) *set_deterministic;
     ATTENTION_TYPEOF(attention_deterministic) *deterministic;
     ATTENTION_TYPEOF(attention_forward) *forward;
     ATTENTION_TYPEOF(attention_backward) *backward;
@@ -53,7 +55,8 @@ enum { ATTENTION_BACKEND_LIST(ATTENTION_BACKEND_ENUM) NUM_ATTENTION_BACKENDS };
 
 #define ATTENTION_BACKEND_ENTRY(prefix, ENUM_NAME, saves_logsumexp)                 \
     {#prefix, saves_logsumexp, prefix##_attention_saved_size,                        \
-     prefix##_attention_scratch_size, prefix##_attention_deterministic,             \
+     prefix##_attention_scratch_size, prefix##_attention_set_deterministic,         \
+     prefix##_attention_deterministic,                                               \
      prefix##_attention_forward, prefix##_attention_backward},
 static const AttentionBackend attention_backends[NUM_ATTENTION_BACKENDS] = {
     ATTENTION_BACKEND_LIST(ATTENTION_BACKEND_ENTRY)};

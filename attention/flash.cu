@@ -759,6 +759,9 @@ void set_smem_limit(Kernel kernel, size_t bytes, bool *done) {
     *done = true;
 }
 
+// attention_set_deterministic's last word (the Hopper backward orders its dQ additions)
+bool deterministic_asked = false;
+
 [[noreturn]] void unsupported_head_size(int HS) {
     die("flash attention supports head sizes 64 and 128, not %d", HS);
 }
@@ -815,7 +818,7 @@ void backward_launch(floatX *dqkv, void *scratch, const floatX *dout, const floa
     const float scale = 1.0f / sqrtf((float)HS);
     if (hopper) {
         flash_sm90_backward(dqkv, sc.dq_accum, sc.lse2, sc.D, sc.dq_flags, dout, qkv, B, T,
-                            sc.Tpad, NH, HS);
+                            sc.Tpad, NH, HS, deterministic_asked);
     } else {
         constexpr size_t smem = bwd_smem_bytes<HS, KV_WARPS, BR>();
         static bool smem_set = false;
@@ -849,11 +852,13 @@ size_t attention_scratch_size(int B, int T, int NH, int HS) {
     return bwd_scratch(nullptr, B, T, NH, HS).bytes;
 }
 
-// dQ is summed across key blocks: with fp32 atomics by the mma.sync kernel, in key-block order
-// by the Hopper kernel when flash_sm90_deterministic() (FLASH_DETERMINISTIC=1)
-int attention_deterministic(void) {
-    return flash_sm90_backward_enabled() && flash_sm90_deterministic();
+// dQ is summed across key blocks: with fp32 atomics by the mma.sync kernel (never
+// deterministic), in key-block order by the Hopper kernel when asked
+int attention_set_deterministic(int on) {
+    deterministic_asked = on != 0;
+    return attention_deterministic();
 }
+int attention_deterministic(void) { return flash_sm90_backward_enabled() && deterministic_asked; }
 
 void attention_forward(floatX *out, void *saved, void *scratch, const floatX *qkv, int B, int T,
                        int NH, int HS) {

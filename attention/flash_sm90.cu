@@ -742,11 +742,6 @@ bool flash_sm90_backward_enabled() {
     return enabled;
 }
 
-bool flash_sm90_deterministic() {
-    static const bool deterministic = env_flag("FLASH_DETERMINISTIC", false);
-    return deterministic;
-}
-
 void flash_sm90_forward(floatX *out, float *logsumexp, const floatX *qkv, int B, int T, int NH,
                         int HS) {
     if (HS == 128) forward_launch<128, 2>(BF(out), logsumexp, CBF(qkv), B, T, NH);
@@ -756,8 +751,7 @@ void flash_sm90_forward(floatX *out, float *logsumexp, const floatX *qkv, int B,
 
 void flash_sm90_backward(floatX *dqkv, float *dq_accum, const float *lse2, const float *D,
                          uint32_t *dq_flags, const floatX *dout, const floatX *qkv, int B, int T,
-                         int Tpad, int NH, int HS) {
-    const bool det = flash_sm90_deterministic();
+                         int Tpad, int NH, int HS, bool det) {
     if (HS == 64 && det)
         backward_launch<64, true>(BF(dqkv), dq_accum, lse2, D, dq_flags, CBF(dout), CBF(qkv), B, T, Tpad, NH);
     else if (HS == 64)

@@ -16,8 +16,6 @@ bool flash_sm90_enabled();
 // the Hopper backward too: flash_sm90_enabled() unless FLASH_SM90_BWD=0 (the Hopper forward
 // with the mma.sync backward, to compare the two backwards)
 bool flash_sm90_backward_enabled();
-// dQ summed in a fixed order (bit-identical gradients run to run): FLASH_DETERMINISTIC=1
-bool flash_sm90_deterministic();
 // flash.cu's attention_forward on Hopper: out (B,T,NH,HS), logsumexp (B,NH,T) from packed qkv
 // (B,T,3,NH,HS); HS 64 or 128 (the caller checks)
 void flash_sm90_forward(floatX *out, float *logsumexp, const floatX *qkv, int B, int T, int NH,
@@ -25,7 +23,7 @@ void flash_sm90_forward(floatX *out, float *logsumexp, const floatX *qkv, int B,
 // flash.cu's attention_backward on Hopper, between its prep and convert kernels: dK, dV into
 // packed dqkv, dQ added into dq_accum (B,T,NH,HS fp32, zeroed by prep); lse2 = logsumexp*log2e
 // and D = rowsum(dO*O), both (B*NH, Tpad) with zeros past T; dq_flags (B*NH*ceil(T/64) zeros)
-// order the dQ additions when flash_sm90_deterministic()
+// order the dQ additions when `deterministic` (bit-identical gradients run to run)
 void flash_sm90_backward(floatX *dqkv, float *dq_accum, const float *lse2, const float *D,
                          uint32_t *dq_flags, const floatX *dout, const floatX *qkv, int B, int T,
-                         int Tpad, int NH, int HS);
+                         int Tpad, int NH, int HS, bool deterministic);

@@ -13,7 +13,9 @@
 // still run. Markdown table on stdout; one CSV row per (T, backend) to --csv PATH.
 //
 // usage: attention [--csv PATH] [--tokens N] [--nh N] [--hs N] [--tmin N] [--tmax N]
-//                  [--backend naive|flash]
+//                  [--backend naive|flash] [--deterministic]
+// --deterministic times each backend's bitwise-reproducible backward (attention.h); a backend
+// that has none is refused.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -151,7 +153,7 @@ static Result run_backend(const AttentionBackend *be, int B, int T, int NH, int 
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [--csv PATH] [--tokens N] [--nh N] [--hs N] [--tmin N] [--tmax N] "
-            "[--backend naive|flash]\n",
+            "[--backend naive|flash] [--deterministic]\n",
             prog);
     exit(2);
 }
@@ -159,7 +161,12 @@ static void usage(const char *prog) {
 int main(int argc, char **argv) {
     const char *csv_path = NULL, *only = NULL;
     long tokens = 16384, NH = 12, HS = 64, tmin = 1024, tmax = 65536;
+    int deterministic = 0;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--deterministic")) {
+            deterministic = 1;
+            continue;
+        }
         if (i + 1 >= argc) usage(argv[0]);
         const char *flag = argv[i], *val = argv[++i];
         if (!strcmp(flag, "--csv")) csv_path = val;
@@ -176,6 +183,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: the attention benchmark needs a CUDA device\n");
         return 1;
     }
+    for (int k = 0; k < NUM_ATTENTION_BACKENDS; k++) {
+        const AttentionBackend *be = &attention_backends[k];
+        if (only && strcmp(only, be->name)) continue;
+        if (be->set_deterministic(deterministic) < deterministic) {
+            fprintf(stderr, "error: --deterministic: %s has no deterministic backward on this device\n",
+                    be->name);
+            return 1;
+        }
+    }
     char desc[256];
     backend_describe(desc, sizeof desc);
     FILE *csv = NULL;
@@ -189,7 +205,8 @@ int main(int argc, char **argv) {
                      "counted_bytes,measured_bytes\n");
     }
 
-    printf("# attention: causal, bf16, NH=%ld, HS=%ld, B*T=%ld tokens\n", NH, HS, tokens);
+    printf("# attention: causal, bf16, NH=%ld, HS=%ld, B*T=%ld tokens%s\n", NH, HS, tokens,
+           deterministic ? ", deterministic backward" : "");
     printf("# %s\n", desc);
     printf("# TFLOP/s: forward 2*B*NH*T^2*HS (causal half of 4*B*NH*T^2*HS), fwd+bwd 3.5x that;\n");
     printf("# memory: counted = qkv+out+dout+dqkv+saved+scratch, measured = drop in free memory\n\n");

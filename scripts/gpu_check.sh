@@ -82,9 +82,10 @@ stage_sanitize() {
 
 # Ctrl-C on the GPU: SIGINT ends the step in flight, writes a checkpoint and exits 130; the run
 # resumed from it (-y 1) ends with the same losses and the same final model file as an
-# uninterrupted run (naive attention: every reduction in a fixed order, so bit for bit)
+# uninterrupted run, bit for bit: with naive attention (every reduction in a fixed order) and
+# with flash --deterministic (the Hopper backward adds dQ in key-block order)
 interrupt_run() {   # interrupt_run DIR: the cut run, signalled once its log reaches step 20
-    build/cuda-naive/train_gpt2 "${INTERRUPT_FLAGS[@]}" -o "$1" >"$1.log" 2>&1 &
+    $INTERRUPT_BIN "${INTERRUPT_FLAGS[@]}" -o "$1" >"$1.log" 2>&1 &
     local pid=$! i
     for i in $(seq 600); do grep -q '^step   20/' "$1.log" && break; sleep 0.05; done
     kill -INT "$pid"
@@ -95,18 +96,26 @@ same_losses() {   # same_losses A B: two log.csv files, step, kind, loss and gra
     [ "$(wc -l <"$1")" -gt 1 ] || { echo "$1 has no steps"; return 1; }
     cmp <(cut -d, -f1-4 "$1") <(cut -d, -f1-4 "$2")
 }
-stage_interrupt() {
-    local d="$OUT/interrupt"
+interrupt_check() {   # interrupt_check NAME STEPS BINARY FLAG...: uninterrupted, cut, resumed
+    local name=$1 steps=$2 d="$OUT/$1"
+    INTERRUPT_BIN=$3
+    shift 3
     rm -rf "$d"; mkdir -p "$d"
-    INTERRUPT_FLAGS=($TRAIN_DATA -e d12 -b 8 -t 1024 -x 200 -v 0 -s 0)
-    run_logged "interrupt-whole" build/cuda-naive/train_gpt2 "${INTERRUPT_FLAGS[@]}" -o "$d/whole"
+    INTERRUPT_FLAGS=($TRAIN_DATA -e d12 -b 8 -t 1024 -x "$steps" -v 0 -s 0 "$@")
+    run_logged "$name-whole" $INTERRUPT_BIN "${INTERRUPT_FLAGS[@]}" -o "$d/whole"
     interrupt_run "$d/cut"
     local rc=$?
-    note "| interrupt: SIGINT at step $(grep -c '^step ' "$d/cut.log") of 200 | exit $rc (expected 130), checkpoints: $(cd "$d/cut" && ls model_*.bin 2>/dev/null | tr '\n' ' ') |"
+    note "| $name: SIGINT at step $(grep -c '^step ' "$d/cut.log") of $steps | exit $rc (expected 130), checkpoints: $(cd "$d/cut" && ls model_*.bin 2>/dev/null | tr '\n' ' ') |"
     [ "$rc" -eq 130 ] || failures=$((failures + 1))
-    run_logged "interrupt-resume" build/cuda-naive/train_gpt2 "${INTERRUPT_FLAGS[@]}" -o "$d/cut" -y 1
-    run_logged "interrupt-same-model" cmp "$d/whole/model_00000200.bin" "$d/cut/model_00000200.bin"
-    run_logged "interrupt-same-losses" same_losses "$d/whole/log.csv" "$d/cut/log.csv"
+    local last
+    last=$(printf 'model_%08d.bin' "$steps")
+    run_logged "$name-resume" $INTERRUPT_BIN "${INTERRUPT_FLAGS[@]}" -o "$d/cut" -y 1
+    run_logged "$name-same-model" cmp "$d/whole/$last" "$d/cut/$last"
+    run_logged "$name-same-losses" same_losses "$d/whole/log.csv" "$d/cut/log.csv"
+}
+stage_interrupt() {
+    interrupt_check interrupt 200 build/cuda-naive/train_gpt2
+    interrupt_check interrupt-flash-det 60 build/cuda-flash/train_gpt2 --deterministic
 }
 
 # GPT2LMHeadModel (12 layers, random weights) against our CUDA builds (bf16) and CPU (fp32)

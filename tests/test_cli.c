@@ -82,11 +82,14 @@ static void test_mfu(void) {
     CHECK(rc != 0 && strstr(output, "--peak-tflops"), "a negative peak is refused naming the flag:\n%s", output);
 }
 
-// 6 steps in one go, against 3 steps + a resumed run from the step-3 checkpoint
+// 6 steps in one go, against 3 steps + a resumed run from the step-3 checkpoint (the CPU
+// backends are deterministic whatever is asked: --deterministic is accepted and said)
 static void test_resume_bit_exact(void) {
     int rc = run("%s -i %s/train.bin -j %s/val.bin " TINY " -x 6 -n 3 -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 "
-                 "-c 0.1 --shuffle -o %s/whole", bin, dir, dir, dir);
+                 "-c 0.1 --shuffle --deterministic -o %s/whole", bin, dir, dir, dir);
     CHECK(rc == 0, "uninterrupted run:\n%s", output);
+    CHECK(strstr(output, ", deterministic\n") != NULL, "the config table says the backward is "
+          "deterministic:\n%s", output);
     run("mkdir -p %s/resumed && cp %s/whole/model_00000003.bin %s/whole/state_00000003.bin %s/resumed/",
         dir, dir, dir, dir);
     rc = run("%s -i %s/train.bin -j %s/val.bin " TINY " -x 6 -n 3 -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 "
@@ -227,6 +230,7 @@ static void test_bad_flags(void) {
     snprintf(d, sizeof(d), "%s", dir);
     expect_error("flag -b given twice", "a duplicate flag", "-b 2 -b 4");
     expect_error("flag --shuffle given twice", "a duplicate switch", "--shuffle --shuffle");
+    expect_error("flag --deterministic given twice", "a duplicate switch", "--deterministic --deterministic");
     expect_error("unexpected argument 'foo': train_gpt2 takes flags only", "a positional argument last", "-b 2 foo");
     expect_error("unexpected argument 'foo'", "a positional argument first", "foo -b 2");
     expect_error("unknown flag --frobnicate", "an unknown flag last", "-b 2 --frobnicate");

@@ -19,8 +19,9 @@
 //
 // Determinism: flash's forward (out, logsumexp) and its dk, dv are bitwise reproducible and
 // checked to be; dq too where the backend says its backward is deterministic
-// (attention_deterministic: the Hopper backward with FLASH_DETERMINISTIC=1); otherwise it is
-// summed in an order that varies and two runs may differ in the last bits, which is printed.
+// (attention_deterministic: the Hopper backward after attention_set_deterministic(1), which
+// every case also runs); otherwise it is summed in an order that varies and two runs may differ
+// in the last bits, which is printed.
 //
 // usage: test_attention_gpu [--quick | --sanitize | --max-t N]
 //   --max-t N  skip the cases with T > N; --quick = --max-t 65
@@ -191,6 +192,20 @@ static void poison(void *p, size_t bytes) {   // 0xFF bytes: NaN in bf16 and in 
     if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, cuda_stream));
 }
 
+// ---- the backward's two modes ---------------------------------------------------------------------
+// A backend that can run its backward both ways (unordered sums, or deterministic: flash on
+// Hopper) is tested in both passes, pass 1 deterministic; one that is deterministic whatever is
+// asked (naive), or never (flash's mma.sync backward), in one pass as it is.
+static int backend_passes(const AttentionBackend *be) {
+    const int fast = be->set_deterministic(0), ordered = be->set_deterministic(1);
+    be->set_deterministic(0);
+    return !fast && ordered ? 2 : 1;
+}
+static void set_pass(const AttentionBackend *be, int pass) {
+    be->set_deterministic(pass);
+    if (pass) printf("  %s, deterministic backward:\n", be->name);
+}
+
 // ---- one case ---------------------------------------------------------------------------------
 
 typedef struct {
@@ -228,8 +243,10 @@ static void run_case(const Case *cs, unsigned long long *rng) {
     float *got_part = (float *)malloc(n_out * sizeof(float));
     float *got_lse = (float *)malloc((size_t)B * NH * T * sizeof(float));
 
-    for (size_t k = 0; k < NUM_ATTENTION_BACKENDS; k++) {
+    for (size_t k = 0; k < NUM_ATTENTION_BACKENDS; k++)
+    for (int pass = 0; pass < backend_passes(&attention_backends[k]); pass++) {
         const AttentionBackend *be = &attention_backends[k];
+        set_pass(be, pass);
         const size_t saved_bytes = be->saved_size(B, T, NH, HS);
         const size_t scratch_bytes = be->scratch_size(B, T, NH, HS);
         floatX *d_out = (floatX *)device_alloc(n_out * sizeof(floatX));
@@ -327,7 +344,7 @@ static int rand_below(unsigned long long *rng, int n) {   // uniform in 0..n-1 (
     return r < n ? r : n - 1;
 }
 
-static void run_long_case(const Case *cs, unsigned long long *rng) {
+static void run_long_case(const Case *cs, int pass, unsigned long long *rng) {
     const int B = cs->B, T = cs->T, NH = cs->NH, HS = cs->HS, C = NH * HS;
     const size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
     printf("long case B=%d T=%d NH=%d HS=%d amplitude %.0f (flash, sampled rows)\n", B, T, NH,
@@ -340,6 +357,7 @@ static void run_long_case(const Case *cs, unsigned long long *rng) {
     for (size_t i = 0; i < n_out; i++) dout[i] = bf16_to_float(float_to_bf16(dout[i]));
     floatX *d_qkv = upload_bf16(qkv, n_qkv), *d_dout = upload_bf16(dout, n_out);
     const AttentionBackend *be = &attention_backends[FLASH];
+    set_pass(be, pass);
     const size_t saved_bytes = be->saved_size(B, T, NH, HS);
     const size_t scratch_bytes = be->scratch_size(B, T, NH, HS);
     floatX *d_out = (floatX *)device_alloc(n_out * sizeof(floatX));
@@ -540,7 +558,8 @@ int main(int argc, char **argv) {
                                {1, 65536, 1, 128, 2}};
     for (size_t i = 0; i < sizeof(long_cases) / sizeof(long_cases[0]); i++) {
         if (long_cases[i].T > max_t) continue;
-        run_long_case(&long_cases[i], &rng);
+        for (int pass = 0; pass < backend_passes(&attention_backends[FLASH]); pass++)
+            run_long_case(&long_cases[i], pass, &rng);
     }
     return test_summary();
 }
