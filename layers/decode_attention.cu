@@ -21,11 +21,11 @@
 // (attention_decode_scratch_size), sized for the longest span, maxT.
 #include <math.h>
 
+#include "../attention/flash_tile.cuh"   // kLog2e and the other attention kernels' vocabulary
 #include "cuda_common.cuh"
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kSplitThreads = 128;
 constexpr int kRows = 4;             // cache rows a group loads at once
 constexpr int kCombineThreads = 128;
