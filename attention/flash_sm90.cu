@@ -372,7 +372,7 @@ template <int BC>
 __device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t k) {
 #pragma unroll
     for (int kc = 0; kc < BC / 16; kc++)
-        wgmma_ss_tt<64>(dq, smem_desc(ds + kc * 16 * 128, BC * 128, 1024),
+        wgmma_ss<1>(dq, smem_desc(ds + kc * 16 * 128, BC * 128, 1024),
                         smem_desc(k + kc * 16 * 128, BC * 128, 1024), kc > 0);
 }
 

@@ -213,14 +213,11 @@ __device__ __forceinline__ void fence_regs(uint32_t (&x)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+r"(x[i])::"memory");
 }
-// wgmma.mma_async m64nNk16, bf16 in, fp32 accumulate, one warpgroup:
-//   wgmma_ss:    d (+)= A B, A and B from shared memory, both K-major; accumulate = 0: d = A B
-//   wgmma_ss_tt: d (+)= A B, A and B from shared memory, both MN-major (transposed)
-//   wgmma_rs_tb: d += A B, A from registers, B from shared memory MN-major (transposed)
-template <int N>
-__device__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate);
-template <int N>
-__device__ void wgmma_ss_tt(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate);
+// wgmma.mma_async m64nNk16, bf16 in, fp32 accumulate, one warpgroup; N from d's size (N/2
+// floats a thread: 32 for N = 64, 64 for N = 128):
+//   wgmma_ss<MN_MAJOR>: d (+)= A B, A and B from shared memory, both K-major (MN_MAJOR = 0) or
+//                       both MN-major (1: the transpose flags); accumulate = 0: d = A B
+//   wgmma_rs_tb:        d += A B, A from registers, B from shared memory MN-major (transposed)
 template <int N>
 __device__ void wgmma_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b);
 // The accumulator operands of one wgmma, written once: "%0, ..., %31" in the instruction and
@@ -234,35 +231,23 @@ __device__ void wgmma_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t 
                        "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define WGMMA_D_32(d) WGMMA_D8(d, 0), WGMMA_D8(d, 8), WGMMA_D8(d, 16), WGMMA_D8(d, 24)
 #define WGMMA_D_64(d) WGMMA_D_32(d), WGMMA_D8(d, 32), WGMMA_D8(d, 40), WGMMA_D8(d, 48), WGMMA_D8(d, 56)
-template <>
-__device__ __forceinline__ void wgmma_ss<64>(float (&d)[32], uint64_t a, uint64_t b,
-                                             int accumulate) {
+template <int MN_MAJOR>
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WGMMA_REGS_32
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "}, %32, %33, p, 1, 1, %35, %35;\n}\n"
         : WGMMA_D_32(d)
-        : "l"(a), "l"(b), "r"(accumulate));
+        : "l"(a), "l"(b), "r"(accumulate), "n"(MN_MAJOR));
 }
-template <>
-__device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], uint64_t a, uint64_t b,
-                                              int accumulate) {
+template <int MN_MAJOR>
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WGMMA_REGS_64
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "}, %64, %65, p, 1, 1, %67, %67;\n}\n"
         : WGMMA_D_64(d)
-        : "l"(a), "l"(b), "r"(accumulate));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss_tt<64>(float (&d)[32], uint64_t a, uint64_t b,
-                                                int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WGMMA_REGS_32
-        "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
-        : WGMMA_D_32(d)
-        : "l"(a), "l"(b), "r"(accumulate));
+        : "l"(a), "l"(b), "r"(accumulate), "n"(MN_MAJOR));
 }
 template <>
 __device__ __forceinline__ void wgmma_rs_tb<64>(float (&d)[32], const uint32_t (&a)[4],
@@ -291,7 +276,7 @@ __device__ __forceinline__ void gemm_abt(float (&d)[N / 2], uint32_t a, uint32_t
 #pragma unroll
     for (int ks = 0; ks < HS / 16; ks++) {
         const uint32_t col = (ks % 4) * 32;
-        wgmma_ss<N>(d, smem_desc(a + (ks / 4) * A_ROWS * 128 + col, 16, 1024),
+        wgmma_ss<0>(d, smem_desc(a + (ks / 4) * A_ROWS * 128 + col, 16, 1024),
                     smem_desc(b + (ks / 4) * B_ROWS * 128 + col, 16, 1024), ks > 0);
     }
 }
