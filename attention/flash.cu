@@ -4,9 +4,10 @@
 // Nothing of size T x T ever reaches device memory. The forward keeps one logsumexp per row;
 // the backward recomputes the probabilities tile by tile from Q, K and that logsumexp.
 //
-// On Hopper (compute capability 9.0) the forward is flash_sm90.cu's TMA + wgmma kernel instead
-// (chosen at run time in attention_forward; both are in every flash build); it saves the same
-// logsumexp, so the backward below serves both.
+// On Hopper (compute capability 9.0) the forward and the backward's main kernel are
+// flash_sm90.cu's TMA + wgmma kernels instead (chosen at run time; both are in every flash
+// build). They save and read the same logsumexp, and the backward's prep and convert kernels
+// below serve both main kernels.
 //
 // ---- notation -------------------------------------------------------------------------------
 // Per head (b, h): Q, K, V, O, dO are (T, HS) views of the packed tensors, read and written in
@@ -422,8 +423,10 @@ __global__ void __launch_bounds__(kFwdThreads)
 // Backward.
 //
 // Three kernels:
-//  1. prep: D = rowsum(dO * O) per (b, h, t) into scratch, and the fp32 dQ accumulator zeroed.
-//  2. main, key/value-outer: one block per (key/value tile of BC = 16*KV_WARPS rows, head);
+//  1. prep: D = rowsum(dO * O) per (b, h, t) into scratch, and the fp32 dQ accumulator zeroed
+//     (for the Hopper main kernel also logsumexp * log2e, and its dQ order flags zeroed).
+//  2. main (on Hopper flash_sm90.cu's, the same algorithm with wgmma and TMA reductions; here
+//     the mma.sync kernel of sm_80-89), key/value-outer: one block per (key/value tile of BC = 16*KV_WARPS rows, head);
 //     warp w owns key/value rows kv0 + 16w .. +15 and keeps their dK, dV accumulators (and, at
 //     HS=64, their K and V fragments) in registers. The block loops over the query tiles of
 //     BR rows (64; 32 at HS=128, for registers) that can see its keys (from the diagonal to
