@@ -353,7 +353,7 @@ struct BwdShape {
     static constexpr int DS_BYTES = BC * BR * 2;        // dS^T, [BR/64 panels][BC][64]
     static constexpr int DQ_BOX_BYTES = 64 * 128;       // a TMA box of dQ: 64 rows x 32 fp32
     static constexpr int DQ_PART_BYTES = 2 * DQ_BOX_BYTES;   // a consumer's 64 x 64 of dQ
-    // consumer c's part of the BR x HS dQ tile: rows DQ_ROW(c).., columns DQ_COL(c)..
+    // consumer c's part of the BR x HS dQ tile: rows dq_row(c).., columns dq_col(c)..
     __device__ static constexpr int dq_row(int c) { return BR == 128 ? 64 * c : 0; }
     __device__ static constexpr int dq_col(int c) { return BR == 128 ? 0 : 64 * c; }
     // shared memory, every offset a multiple of 1024 (the swizzle's period)
@@ -373,7 +373,7 @@ __device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t 
 #pragma unroll
     for (int kc = 0; kc < BC / 16; kc++)
         wgmma_ss<1>(dq, smem_desc(ds + kc * 16 * 128, BC * 128, 1024),
-                        smem_desc(k + kc * 16 * 128, BC * 128, 1024), kc > 0);
+                    smem_desc(k + kc * 16 * 128, BC * 128, 1024), kc > 0);
 }
 
 // Grid: (key/value blocks) x (B*NH), 1-D, key block 0 of every head first (under the causal
