@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -113,8 +114,11 @@ static void usage(FILE *out) {
         "  --comm MODE auto: communication only when N > 1; %s: set it up even for N = 1 (default auto)\n"
         "  --comm-timeout S  seconds to wait for every process to join (default 120)\n"
         "  -h, --help  this text\n"
-        "Ctrl-C (SIGINT) or SIGTERM: the step in flight ends, a checkpoint is written into -o, and\n"
-        "the program exits 130 (143); a second one ends it at once.\n", comm_transport());
+        "Ctrl-C (SIGINT), SIGTERM or SIGHUP (a closed terminal): the step in flight ends, a\n"
+        "checkpoint is written into -o, and the program exits 130 (143, 129); a second one ends it\n"
+        "at once. A closed or full stdout does not stop a run: log.csv and the checkpoints are its\n"
+        "record. An -o folder takes one run at a time (the lock file .train_gpt2.lock in it).\n",
+        comm_transport());
 }
 
 // An integer from the environment, or -1 when the variable is not set.
@@ -198,6 +202,7 @@ static Options parse_options(int argc, char **argv) {
         die("flag -d: %ld tokens per step are %ld micro-batches of B*T = %ld, more than %d", o.total_batch,
             o.total_batch / tokens, tokens, INT_MAX);
     if (o.resume && !o.out_dir) die("flag -y 1 needs -o: the folder to resume from");
+    if (o.out_dir && !o.out_dir[0]) die("flag -o needs a folder name, not an empty one");
     if (o.resume && o.overwrite) die("flags -y 1 and --overwrite: resume the run in -o, or replace it; not both");
     if (o.overwrite && !o.out_dir) die("flag --overwrite needs -o: the folder whose run it replaces");
     if (o.checkpoint_every && !o.out_dir) die("flag -n needs -o: the folder to write checkpoints to");
@@ -418,7 +423,22 @@ static void log_line(Log *log, const char *fmt, ...) {
     int n = vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     if (n < 0 || n >= (int)sizeof(line)) die("internal error: a log line longer than %zu bytes", sizeof(line));
-    if (write(log->fd, line, (size_t)n) != n) die("%s: write error: %s", log->path, strerror(errno));
+    // A short write (disk full, a file-size limit) is retried for the rest, which reports the
+    // cause; the part that went in is cut off again, so the log never ends in half a line.
+    off_t start = lseek(log->fd, 0, SEEK_END);
+    for (ssize_t done = 0, w; done < n; done += w) {
+        w = write(log->fd, line + done, (size_t)(n - done));
+        if (w < 0 && errno == EINTR) w = 0;
+        else if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            if (start >= 0 && ftruncate(log->fd, start) != 0) {
+                die("%s: write error: %s; and its last line could not be cut back: %s", log->path,
+                    strerror(e), strerror(errno));
+            }
+            die("%s: write error: %s (the log keeps its complete lines, the checkpoints are as "
+                "they were)", log->path, strerror(e));
+        }
+    }
 }
 
 // keeps the header and the complete lines of steps up to resume_step: a step's train line is
@@ -460,9 +480,13 @@ static Log open_log(const char *dir, int resume_step) {
 }
 
 // ----------------------------------------------------------------------------------------
-// interrupts: SIGINT and SIGTERM ask the loop to stop at the end of the step in flight (the
-// handler only sets a flag); the loop then writes a checkpoint into -o and exits 128 + the
-// signal. A second signal ends the program at once, its temporary files removed.
+// interrupts: SIGINT, SIGTERM and SIGHUP (the terminal or ssh session closed) ask the loop to
+// stop at the end of the step in flight (the handler only sets a flag); the loop then writes a
+// checkpoint into -o and exits 128 + the signal. A second signal ends the program at once, its
+// temporary files removed. Two signals that would end the program silently are ignored, so that
+// the writes they stand for fail with a cause instead: SIGPIPE (stdout closed: printing fails
+// and the run goes on, as it does into a full /dev/full) and SIGXFSZ (past a file-size limit:
+// the checkpoint or log write fails with "File too large" and the program says so and stops).
 
 static volatile sig_atomic_t stop_signal = 0;
 
@@ -487,6 +511,9 @@ static void catch_stop_signals(void) {
     sa.sa_flags = SA_RESTART;   // reads and writes in flight continue
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
 }
 
 // Collective, once per step: every rank stops when any was signalled, so that all take the
@@ -587,6 +614,32 @@ static void allocate_activations(const Options *o, GPT2 *model) {
 }
 
 // mkdir -p: the folder and any missing parents
+// An output folder belongs to one run at a time: an exclusive flock on DIR/.train_gpt2.lock,
+// held for the life of the process (the kernel lets it go however the process ends, so a crash
+// never leaves the folder locked), taken before anything is written there. The holder writes
+// its process id into the file, for the message of a run that finds the folder taken.
+static void lock_output_folder(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s/.train_gpt2.lock", dir) >= (int)sizeof(path))
+        die("folder name too long: %s", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) die("cannot open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK) die("cannot lock %s: %s", path, strerror(errno));
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        die("-o %s is in use by another run (process %s holds %s): wait for it to end, or write "
+            "elsewhere with another -o", dir, pid[0] ? pid : "whose id is not written yet", path);
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        die("%s: write error: %s", path, strerror(errno));
+    // fd stays open, and the lock with it, until the process ends
+}
+
 static void make_dir(const char *dir) {
     char path[4096];
     if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) die("folder name too long: %s", dir);
@@ -629,6 +682,7 @@ int main(int argc, char **argv) {
     // with another one (checked before anything slow)
     if (o.out_dir && o.rank == 0) {
         make_dir(o.out_dir);
+        lock_output_folder(o.out_dir);
         int stale = atomic_remove_stale(o.out_dir);
         if (stale) printf("removed %d temporary file(s) that an interrupted write left in %s\n", stale, o.out_dir);
         if (!o.resume && !o.overwrite) previous_run_files(o.out_dir, 0);
@@ -646,6 +700,11 @@ int main(int argc, char **argv) {
         if (gpt2_config_from_name(&config, o.init, max_seq_len) == 0) {
             gpt2_init_random(&model, config, o.seed);
         } else {
+            int depth, consumed = 0;
+            if (!file_exists(o.init) && sscanf(o.init, "d%d%n", &depth, &consumed) == 1 &&
+                o.init[consumed] == '\0')
+                die("flag -e %s: a new model is dN with N from 1 to 256 layers (d12: GPT-2 124M), "
+                    "and no checkpoint file is called %s", o.init, o.init);
             if (o.max_seq_len) die("flag --max-seq-len applies to new models only, not to %s", o.init);
             gpt2_load_checkpoint(&model, o.init);
         }

@@ -231,6 +231,9 @@ static void test_bad_flags(void) {
     expect_error("flag -b given twice", "a duplicate flag", "-b 2 -b 4");
     expect_error("flag --shuffle given twice", "a duplicate switch", "--shuffle --shuffle");
     expect_error("flag --deterministic given twice", "a duplicate switch", "--deterministic --deterministic");
+    expect_error("flag -o needs a folder name, not an empty one", "an empty -o", "-o ''");
+    expect_error("flag -e d0: a new model is dN with N from 1 to 256 layers", "no model size", "-e d0");
+    expect_error("flag -e d300: a new model is dN", "too deep a model", "-e d300");
     expect_error("unexpected argument 'foo': train_gpt2 takes flags only", "a positional argument last", "-b 2 foo");
     expect_error("unexpected argument 'foo'", "a positional argument first", "foo -b 2");
     expect_error("unknown flag --frobnicate", "an unknown flag last", "-b 2 --frobnicate");
@@ -333,28 +336,102 @@ static int latest_state(const char *folder) {
     return output[0] ? atoi(output) : -1;
 }
 
-// SIGTERM, as a scheduler sends it: the step in flight ends, its checkpoint is written, and the
-// exit status is 128 + 15; the run resumes from that checkpoint
-static void test_sigterm(void) {
-    char log[512], cmd[2048];
-    snprintf(log, sizeof(log), "%s/term.txt", dir);
-    snprintf(cmd, sizeof(cmd), "%s " RUN " -x 1000000 -o %s/term", bin, dir, dir);
-    pid_t pid = start_logged(cmd, log);
-    int trained = wait_for_text(pid, log, "step    1/");   // (stdout is flushed after each step)
-    CHECK(trained, "the run to be sent SIGTERM trains a step:\n%s", slurp(log));
-    kill(pid, SIGTERM);
-    int status = wait_ended(pid);
-    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 143,
-          "SIGTERM: exit 143 (status %d):\n%s", status, slurp(log));
-    int step = -1;
-    const char *note = strstr(slurp(log), "interrupted after step ");
-    CHECK(note && sscanf(note, "interrupted after step %d: resume with the same flags", &step) == 1,
-          "SIGTERM: the run says where to resume:\n%s", output);
-    CHECK(step >= 1 && latest_state("term") == step, "SIGTERM: the checkpoint of step %d written (latest %d)",
-          step, latest_state("term"));
-    CHECK(count_files("term", "[.]tmp[.]") == 0, "SIGTERM: no temporary file left");
-    int rc = run("%s " RUN " -x %d -o %s/term -y 1", bin, dir, step + 1, dir);
-    CHECK(rc == 0 && strstr(output, "resumed from"), "the run stopped by SIGTERM resumes:\n%s", output);
+// SIGTERM, as a scheduler sends it, and SIGHUP, as a closed terminal or ssh session sends it:
+// the step in flight ends, its checkpoint is written, and the exit status is 128 + the signal
+// (143, 129); the run resumes from that checkpoint
+static void test_stop_signals(void) {
+    const int sigs[] = {SIGTERM, SIGHUP};
+    for (int k = 0; k < 2; k++) {
+        const int sig = sigs[k];
+        const char *name = sig == SIGTERM ? "SIGTERM" : "SIGHUP";
+        char log[512], cmd[2048], folder[32];
+        snprintf(folder, sizeof(folder), "stop%d", sig);
+        snprintf(log, sizeof(log), "%s/%s.txt", dir, folder);
+        snprintf(cmd, sizeof(cmd), "%s " RUN " -x 1000000 -o %s/%s", bin, dir, dir, folder);
+        pid_t pid = start_logged(cmd, log);
+        int trained = wait_for_text(pid, log, "step    1/");   // (stdout is flushed after each step)
+        CHECK(trained, "the run to be sent %s trains a step:\n%s", name, slurp(log));
+        kill(pid, sig);
+        int status = wait_ended(pid);
+        CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig,
+              "%s: exit %d (status %d):\n%s", name, 128 + sig, status, slurp(log));
+        int step = -1;
+        const char *note = strstr(slurp(log), "interrupted after step ");
+        CHECK(note && sscanf(note, "interrupted after step %d: resume with the same flags", &step) == 1,
+              "%s: the run says where to resume:\n%s", name, output);
+        CHECK(step >= 1 && latest_state(folder) == step, "%s: the checkpoint of step %d written (latest %d)",
+              name, step, latest_state(folder));
+        CHECK(count_files(folder, "[.]tmp[.]") == 0, "%s: no temporary file left", name);
+        int rc = run("%s " RUN " -x %d -o %s/%s -y 1", bin, dir, step + 1, dir, folder);
+        CHECK(rc == 0 && strstr(output, "resumed from"), "the run stopped by %s resumes:\n%s", name, output);
+    }
+}
+
+// An -o folder takes one run at a time: two runs started at the same instant into a new folder,
+// many times; each time one trains and the other stops at once, naming the folder and the
+// process that holds it
+static void test_one_run_per_folder(void) {
+    const int rounds = 12;
+    int one_each = 0, named = 0;
+    for (int r = 0; r < rounds; r++) {
+        run("(%s " RUN " -x 3 -o %s/race%d > %s/race_a.txt 2>&1; echo $? > %s/race_a.rc) & "
+            "(%s " RUN " -x 3 -o %s/race%d > %s/race_b.txt 2>&1; echo $? > %s/race_b.rc) & wait; "
+            "cat %s/race_a.rc %s/race_b.rc %s/race_a.txt %s/race_b.txt", bin, dir, dir, r, dir, dir,
+            bin, dir, dir, r, dir, dir, dir, dir, dir, dir);
+        int a = -1, b = -1;
+        sscanf(output, "%d %d", &a, &b);
+        one_each += (a == 0 && b == 1) || (a == 1 && b == 0);
+        char want[512];
+        snprintf(want, sizeof(want), "-o %s/race%d is in use by another run (process ", dir, r);
+        named += strstr(output, want) != NULL && strstr(output, ".train_gpt2.lock") != NULL;
+        if (!((a == 0 && b == 1) || (a == 1 && b == 0))) printf("  round %d: exits %d and %d:\n%s\n", r, a, b, output);
+    }
+    CHECK(one_each == rounds, "two runs into one folder at once: one runs, one is refused, in %d of %d rounds",
+          one_each, rounds);
+    CHECK(named == rounds, "the refused run names the folder, the holder's process and the lock "
+          "file (%d of %d)", named, rounds);
+    // the lock goes with its process: the folder takes the next run, which resumes it
+    int rc = run("%s " RUN " -x 4 -o %s/race0 -y 1", bin, dir, dir);
+    CHECK(rc == 0 && strstr(output, "resumed from"), "a run after them resumes in the folder:\n%s", output);
+}
+
+// stdout is a view: closed (a pipe whose reader quit) or full, the run goes on to its end and
+// writes its checkpoint and log, exit 0; the same for both
+static void test_closed_stdout(void) {
+    int rc = run("(%s " RUN " -x 3 -o %s/pipe; echo $? > %s/pipe.rc) | head -c 1 > /dev/null; "
+                 "cat %s/pipe.rc", bin, dir, dir, dir, dir);
+    CHECK(rc == 0 && atoi(output) == 0 && latest_state("pipe") == 3,
+          "stdout closed by its reader: the run finishes (exit %s), checkpoint of step 3 (%d)",
+          output, latest_state("pipe"));
+    rc = run("%s " RUN " -x 3 -o %s/full > /dev/full", bin, dir, dir);
+    CHECK(rc == 0 && latest_state("full") == 3, "stdout on a full device: exit %d, checkpoint of "
+          "step 3 (%d)", rc, latest_state("full"));
+}
+
+// A file-size limit (ulimit -f, a quota) ends the run with the file and the cause named, exit
+// 1, no temporary file left, log.csv of complete lines, the checkpoints before intact: once
+// where the log meets the limit first (1-2 KB: sh counts 512- or 1024-byte blocks), once where
+// a checkpoint does (50-100 KB: the model file is 13 MB). stdout goes to /dev/null, which has
+// no size, and stderr to a small file of its own.
+static void test_file_size_limit(void) {
+    static const struct { const char *folder, *blocks, *checkpoint_every, *file; } cases[] = {
+        {"fsz_log", "2", "0", "log.csv: write error: File too large"},
+        {"fsz_ckpt", "100", "2", "model_00000002.bin.tmp."},
+    };
+    for (int k = 0; k < 2; k++) {
+        int rc = run("(ulimit -f %s; %s " RUN " -x 60 -n %s -o %s/%s > /dev/null 2> %s/%s.err); "
+                     "echo \"exit $?\"; cat %s/%s.err", cases[k].blocks, bin, dir,
+                     cases[k].checkpoint_every, dir, cases[k].folder, dir, cases[k].folder, dir,
+                     cases[k].folder);
+        CHECK(rc == 0 && strstr(output, "exit 1\n") && strstr(output, cases[k].file) &&
+              strstr(output, "File too large"), "ulimit -f %s: exit 1 naming %s and the cause:\n%s",
+              cases[k].blocks, cases[k].file, output);
+        CHECK(count_files(cases[k].folder, "[.]tmp[.]") == 0, "ulimit -f %s: no temporary file left",
+              cases[k].blocks);
+        run("tail -c 1 %s/%s/log.csv | od -An -c | tr -d ' '", dir, cases[k].folder);
+        CHECK(strcmp(output, "\\n\n") == 0, "ulimit -f %s: log.csv ends with a complete line ('%s')",
+              cases[k].blocks, output);
+    }
 }
 
 // A second SIGINT ends the run at once, by the signal, its temporary files removed and the
@@ -461,7 +538,10 @@ int main(void) {
     test_bad_token_ids(&rng);
     test_output_folder();
     test_bad_state();
-    test_sigterm();
+    test_stop_signals();
+    test_one_run_per_folder();
+    test_closed_stdout();
+    test_file_size_limit();
     test_second_interrupt();
     return cli_finish(test_summary());
 }
