@@ -259,7 +259,10 @@ static char *read_line(size_t *len) {
 }
 
 // all of stdin less one final newline, its length in *len; an empty prompt is an error here
-// (unconditional generation is asked for with -p '')
+// (unconditional generation is asked for with -p ''), and so is one of more than
+// MAX_STDIN_PROMPT bytes, which no model's context holds: reading stops there, so an endless
+// input (`yes | infer_gpt2`) ends with a message instead of filling the memory
+#define MAX_STDIN_PROMPT (64u << 20)
 static char *read_stdin(size_t *len_out) {
     size_t len = 0, cap = 4096;
     char *text = malloc(cap);
@@ -267,10 +270,19 @@ static char *read_stdin(size_t *len_out) {
     size_t n;
     while ((n = fread(text + len, 1, cap - len - 1, stdin)) > 0) {
         len += n;
+        if (len > MAX_STDIN_PROMPT) {
+            free(text);
+            die("stdin: the prompt is more than %u MiB, longer than any model's context holds: "
+                "give a shorter one", MAX_STDIN_PROMPT >> 20);
+        }
         if (cap - len - 1 == 0) {
             cap *= 2;
-            text = realloc(text, cap);
-            if (!text) die("out of host memory reading stdin");
+            char *grown = realloc(text, cap);
+            if (!grown) {
+                free(text);
+                die("out of host memory reading stdin");
+            }
+            text = grown;
         }
     }
     if (ferror(stdin)) die("stdin: read error: %s", strerror(errno));

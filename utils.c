@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -238,7 +239,14 @@ static void set_flag(Flag *f, const char *text) {
     case FLAG_INT: *(int *)f->value = (int)parse_long(f->name, text, f->lo, f->hi); break;
     case FLAG_LONG: *(long *)f->value = parse_long(f->name, text, f->lo, f->hi); break;
     case FLAG_U64: *(uint64_t *)f->value = (uint64_t)parse_long(f->name, text, f->lo, f->hi); break;
-    case FLAG_FLOAT: *(float *)f->value = (float)parse_double(f->name, text, f->min, f->max); break;
+    case FLAG_FLOAT: {
+        const double v = parse_double(f->name, text, f->min, f->max);
+        if (v != 0.0 && fabs(v) < FLT_MIN)   // would be read as 0 (or a denormal) in float
+            die("flag %s: %s is too close to 0 for a float (its smallest is %g)", f->name, text,
+                (double)FLT_MIN);
+        *(float *)f->value = (float)v;
+        break;
+    }
     case FLAG_DOUBLE: *(double *)f->value = parse_double(f->name, text, f->min, f->max); break;
     }
 }

@@ -366,6 +366,9 @@ int main(int argc, char **argv) {
     }
     fclose(in);
     if (bytes_read == 0) die("%s is empty: there is no text to tokenize", o.input);   // the output is removed at exit
+    if (out.n_train == 0)   // the output is removed at exit
+        die("%s is %zu tokens, no more than --val-tokens %zu: the training split would be empty "
+            "(nothing written); give a smaller --val-tokens", o.input, tokens, o.val_tokens);
     output_commit(&out);
     double dt = wall_seconds() - t0;
     size_t pieces = 0, hits = 0;
@@ -383,7 +386,6 @@ int main(int argc, char **argv) {
            pieces ? 100.0 * hits / pieces : 0.0, dt);
     printf("wrote %s: %zu tokens, %zu bytes\n", out.val.path, out.n_val, TOKEN_FILE_HEADER_BYTES + 2 * out.n_val);
     printf("wrote %s: %zu tokens, %zu bytes\n", out.train.path, out.n_train, TOKEN_FILE_HEADER_BYTES + 2 * out.n_train);
-    if (out.n_train == 0) fprintf(stderr, "warning: %zu tokens in all, so the train split is empty\n", tokens);
     stdout_flush_or_die();   // the files are complete; this says the report was lost
     free(workers);
     free(buf);

@@ -35,6 +35,7 @@ int main(void) {
     expect(1, "flag -n needs a value", "infer_gpt2", "-c d1 -n");
     expect(1, "flag -n: 0 is out of range", "infer_gpt2", "-c d1 -n 0");
     expect(1, "flag --top-p: 2 is out of range", "infer_gpt2", "-c d1 --top-p 2");
+    expect(1, "flag --top-p: 1e-300 is too close to 0 for a float", "infer_gpt2", "-c d1 --top-p 1e-300");
     expect(1, "flag -c needs a value, not the flag -p", "infer_gpt2", "-c -p hi");
     expect(0, "usage: infer_gpt2", "infer_gpt2", "--help");
 

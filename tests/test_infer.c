@@ -582,6 +582,8 @@ static void test_infer_io(void) {
     expect_error("stdin is a directory", "a directory as stdin", INFER " -n 5 < %s", INFER_ARGS, dir);
     expect_error("stdin is a directory", "a directory as stdin with -i", INFER " -i -n 5 < %s", INFER_ARGS, dir);
     expect_error("stdin held no prompt (it is empty)", "empty stdin", INFER " -n 5 < /dev/null", INFER_ARGS);
+    expect_error("stdin: the prompt is more than 64 MiB", "an endless stdin", "yes | " INFER " -n 5",
+                 INFER_ARGS);
     expect_error("stdin held no prompt (only a newline)", "a newline on stdin", "printf '\\n' | " INFER " -n 5",
                  INFER_ARGS);
     // unconditional generation, asked for: -p '' starts from <|endoftext|>

@@ -739,6 +739,12 @@ static void test_program_io(const char *build) {
     CHECK(strstr(out, "io2_train.bin is a directory, not a file") && strstr(out, "\n0\n"),
           "prepare_data refuses an output that is a directory and leaves no val file, temporary or not (%s)", out);
     rmdir(path);
+    snprintf(cmd, sizeof(cmd), "(%s --quiet --val-tokens 100 --vocab %s %s %s/io4; echo \"exit $?\"; ls %s | "
+             "grep -c '^io4_')", prog, vocab, text, tmp_dir, tmp_dir);
+    run_command(cmd, out, sizeof(out));
+    CHECK(strstr(out, "no more than --val-tokens 100: the training split would be empty") &&
+          strstr(out, "exit 1\n0\n"), "prepare_data with --val-tokens above the text's tokens: exit 1, "
+          "no file written (%s)", out);
     snprintf(cmd, sizeof(cmd), "(%s --quiet --val-tokens 2 --vocab %s %s %s/io > /dev/full)", prog, vocab, text, tmp_dir);
     int rc = run_command(cmd, out, sizeof(out));
     snprintf(path, sizeof(path), "%s/io_train.bin", tmp_dir);
