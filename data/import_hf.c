@@ -367,14 +367,20 @@ int main(int argc, char **argv) {
     check_config_value(cfg, "n_layer", hf.n_layer, (uint64_t)L, "L");
     check_config_value(cfg, "n_positions", hf.n_positions, maxT, "maxT");
     check_config_value(cfg, "vocab_size", hf.vocab_size, V, "V");
+    char heads_from[4300] = "--n-head";   // where the head count came from, for the messages
     if (!heads && hf.n_head > 0) {
         heads = hf.n_head > INT32_MAX ? INT32_MAX : (int)hf.n_head;
         printf("n_head %d from %s\n", heads, cfg);
+        snprintf(heads_from, sizeof(heads_from), "n_head of %s", cfg);
     }
-    if (!heads) heads = known_heads(C);
+    if (!heads) {
+        heads = known_heads(C);
+        snprintf(heads_from, sizeof(heads_from), "GPT-2's sizes");
+    }
     if (!heads) die("%s: cannot tell the number of heads of a model with C = %llu: give --n-head", in,
                     (unsigned long long)C);
-    if (C % heads != 0) die("C = %llu is not a multiple of %d heads", (unsigned long long)C, heads);
+    if (C % heads != 0)
+        die("C = %llu is not a multiple of %d heads (from %s)", (unsigned long long)C, heads, heads_from);
     // the checkpoint must be one that train_gpt2 and infer_gpt2 load
     GPT2Config config = {.max_seq_len = maxT > INT32_MAX ? INT32_MAX : (int)maxT,
                          .vocab_size = V > INT32_MAX ? INT32_MAX : (int)V,

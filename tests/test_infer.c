@@ -866,6 +866,9 @@ static void test_import_defects(StTensor *t, int n, const char *st, const char *
     run("printf '{\"n_head\": 2, \"n_embd\": 32}' > %s/hf/config.json", dir);
     expect_error("n_embd is 32, but the weights have C = 16", "config.json disagreeing with the weights",
                  "%s %s %s", import_bin, st, ckpt);
+    run("printf '{\"n_head\": 3}' > %s/hf/config.json", dir);
+    expect_error("is not a multiple of 3 heads (from n_head of ", "config.json's heads that do not "
+                 "divide C, named on stderr", "%s %s %s", import_bin, st, ckpt);
     run("printf '{\"n_head\": 2,}' > %s/hf/config.json", dir);
     expect_error("config.json: at byte 13: expected a key", "config.json that is not JSON",
                  "%s %s %s", import_bin, st, ckpt);
@@ -932,7 +935,7 @@ static void test_import(unsigned long long *rng) {
     int n = hf_tensors(t, "", rng);
     run("cp %s %s/hf/keep.bin", ckpt, dir);
     expect_error("cannot tell the number of heads", "no head count", "%s %s %s", import_bin, st, ckpt);
-    expect_error("is not a multiple of 3 heads", "heads that do not divide C", "%s --n-head 3 %s %s", import_bin, st, ckpt);
+    expect_error("is not a multiple of 3 heads (from --n-head)", "heads that do not divide C", "%s --n-head 3 %s %s", import_bin, st, ckpt);
     StTensor fewer[64];   // all but h.1.mlp.c_proj.bias, the third from the end
     for (int i = 0, k = 0; i < n; i++)
         if (i != n - 3) fewer[k++] = t[i];
