@@ -33,6 +33,7 @@ typedef struct {
     const char *train_pattern;   // -i
     const char *val_pattern;     // -j
     const char *init;            // -e  checkpoint path or dN
+    int init_given;              // -e was on the command line (a resumed run checks it)
     const char *out_dir;         // -o
     const char *tokenizer_path;  // --tokenizer
     int B;                       // -b
@@ -182,7 +183,9 @@ static Options parse_options(int argc, char **argv) {
         INT_FLAG("--local-rank", &o.local_rank, 0, 1 << 10), TEXT_FLAG("--comm-dir", &o.comm_dir),
         TEXT_FLAG("--comm", &o.comm), DOUBLE_FLAG("--comm-timeout", &o.comm_timeout, 0.0, 1e6),
         DOUBLE_FLAG("--peak-tflops", &o.peak_tflops, 0.0, 1e6)};
-    parse_flags(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), "train_gpt2", usage, NULL, 0);
+    const int n_flags = (int)(sizeof(flags) / sizeof(flags[0]));
+    parse_flags(argc, argv, flags, n_flags, "train_gpt2", usage, NULL, 0);
+    o.init_given = flag_named(flags, n_flags, "-e")->given;
     if (o.max_steps == 0) die("flag -x: 0 steps trains nothing; give a positive count, or -1 for one epoch");
     ranks_from_environment(&o);
     if (o.rank >= o.world)
@@ -389,6 +392,38 @@ static int resume_from(const Options *o, GPT2 *model, TrainState *s) {
     fclose(f);
     printf("resumed from %s/model_%08d.bin at step %d\n", o->out_dir, step, step);
     return step;
+}
+
+// A resumed run continues the model of its checkpoint. The flags that choose a new run's model
+// (-e, --max-seq-len) may be given again, as "resume with the same flags" says, but must agree
+// with it: a resume is never quietly a run of another model.
+static void check_resumed_model(const Options *o, const GPT2 *model) {
+    const GPT2Config *c = &model->config;
+    if (o->max_seq_len && o->max_seq_len != c->max_seq_len)
+        die("flag --max-seq-len %d with -y 1: the run in %s has max_seq_len %d (a resumed run keeps "
+            "its checkpoint's model); drop the flag, or start a new run into another -o",
+            o->max_seq_len, o->out_dir, c->max_seq_len);
+    if (!o->init_given) return;
+    GPT2Config want;
+    int header[CHECKPOINT_HEADER_INTS];
+    if (gpt2_config_from_name(&want, o->init, c->max_seq_len) != 0) {
+        FILE *f = fopen(o->init, "rb");
+        if (!f || fread(header, sizeof(header), 1, f) != 1) {
+            if (f) fclose(f);
+            die("flags -e %s and -y 1: %s is no model size and no readable checkpoint; a resumed "
+                "run continues the model in %s", o->init, o->init, o->out_dir);
+        }
+        fclose(f);
+        want.max_seq_len = header[2], want.vocab_size = header[3], want.num_layers = header[4];
+        want.num_heads = header[5], want.channels = header[6];
+    }
+    if (want.num_layers != c->num_layers || want.num_heads != c->num_heads ||
+        want.channels != c->channels || want.vocab_size != c->vocab_size)
+        die("flags -e %s and -y 1: the run in %s is a model of L=%d NH=%d C=%d V=%d, and %s is "
+            "L=%d NH=%d C=%d V=%d: a resumed run continues its own model; drop -e, or start a new "
+            "run from %s into another -o", o->init, o->out_dir, c->num_layers, c->num_heads,
+            c->channels, c->vocab_size, o->init, want.num_layers, want.num_heads, want.channels,
+            want.vocab_size, o->init);
 }
 
 // the shapes a training state was written with must be these flags' (checked once the data
@@ -694,6 +729,7 @@ int main(int argc, char **argv) {
     int start_step = 0;
     if (o.resume) {
         start_step = resume_from(&o, &model, &state);
+        check_resumed_model(&o, &model);
     } else {
         GPT2Config config;
         int max_seq_len = o.max_seq_len ? o.max_seq_len : (o.T > 1024 ? o.T : 1024);

@@ -234,6 +234,7 @@ static void test_bad_flags(void) {
     expect_error("flag -o needs a folder name, not an empty one", "an empty -o", "-o ''");
     expect_error("flag -e d0: a new model is dN with N from 1 to 256 layers", "no model size", "-e d0");
     expect_error("flag -e d300: a new model is dN", "too deep a model", "-e d300");
+
     expect_error("unexpected argument 'foo': train_gpt2 takes flags only", "a positional argument last", "-b 2 foo");
     expect_error("unexpected argument 'foo'", "a positional argument first", "foo -b 2");
     expect_error("unknown flag --frobnicate", "an unknown flag last", "-b 2 --frobnicate");
@@ -316,6 +317,18 @@ static void test_output_folder(void) {
     // the log: one header, one line per step, across the resume
     run("grep -c '^step,kind' %s/keep/log.csv; grep -c ',train,' %s/keep/log.csv", dir, dir);
     CHECK(strcmp(output, "1\n4\n") == 0, "log.csv: 1 header and 4 train lines after resuming: '%s'", output);
+    // resuming with the model flags of another model is refused (the same ones are accepted,
+    // as everywhere above: "resume with the same flags"), and nothing is written
+    snprintf(before, sizeof(before), "%s/keep/log.csv", dir);
+    run("cp %s %s/log.copy", before, dir);
+    snprintf(after, sizeof(after), "%s/log.copy", dir);
+    rc = run("%s -i %s/train.bin -v 0 -s 0 -e d2 -b 2 -t 16 -m 2 -g 4 -x 6 -o %s/keep -y 1", bin, dir, dir);
+    CHECK(rc == 1 && strstr(output, "flags -e d2 and -y 1: the run in") && strstr(output, "L=1 NH=1 C=64") &&
+          strstr(output, "d2 is L=2 NH=2 C=128"), "resuming a d1 run with -e d2 is refused:\n%s", output);
+    rc = run("%s " RUN " -x 6 --max-seq-len 64 -o %s/keep -y 1", bin, dir, dir);
+    CHECK(rc == 1 && strstr(output, "flag --max-seq-len 64 with -y 1: the run in") &&
+          strstr(output, "has max_seq_len 1024"), "resuming with another --max-seq-len is refused:\n%s", output);
+    CHECK(files_equal(before, after), "the refused resumes left log.csv as it was");
 }
 
 // waits up to 60 s for pid to end; returns its status, or -1 when it had to be killed
