@@ -261,28 +261,43 @@ static float bf16_bits_to_float(uint16_t bits) {
     return f;
 }
 
-void gpt2_load_checkpoint(GPT2 *model, const char *path) {
-    FILE *f = fopen_or_die(path, "rb");
-    long file_size = file_size_or_die(f, path);
+// reads and checks the header of the model file f (file_size bytes): its config and version
+static GPT2Config read_checkpoint_header(FILE *f, long file_size, const char *path, int *version) {
     int header[CHECKPOINT_HEADER_INTS];
     if (file_size < (long)sizeof(header))
         die("%s: not a model checkpoint: %ld bytes, shorter than the 1024-byte header", path, file_size);
     fread_or_die(header, sizeof(int), CHECKPOINT_HEADER_INTS, f, path);
     if (header[0] != CHECKPOINT_MAGIC)
         die("%s: not a model checkpoint: bad magic %d (expected %d)", path, header[0], CHECKPOINT_MAGIC);
-    int version = header[1];
-    if (version != CHECKPOINT_VERSION_FP32 && version != CHECKPOINT_VERSION_BF16)
+    *version = header[1];
+    if (*version != CHECKPOINT_VERSION_FP32 && *version != CHECKPOINT_VERSION_BF16)
         die("%s: unsupported checkpoint version %d (this program reads 3 (fp32) and 5 (bf16))",
-            path, version);
+            path, *version);
     GPT2Config c = {.max_seq_len = header[2], .vocab_size = header[3], .num_layers = header[4],
                     .num_heads = header[5], .channels = header[6], .padded_vocab_size = header[7]};
     validate_config(c, path);
+    return c;
+}
+
+GPT2Config gpt2_checkpoint_config(const char *path) {
+    FILE *f = fopen_or_die(path, "rb");
+    int version;
+    GPT2Config c = read_checkpoint_header(f, file_size_or_die(f, path), path, &version);
+    fclose(f);
+    return c;
+}
+
+void gpt2_load_checkpoint(GPT2 *model, const char *path) {
+    FILE *f = fopen_or_die(path, "rb");
+    long file_size = file_size_or_die(f, path);
+    int version;
+    GPT2Config c = read_checkpoint_header(f, file_size, path, &version);
     // the file's size against the config's before any allocation: a header that claims a
     // huge model in a small file is a truncated file, not a reason to allocate gigabytes
     size_parameters(model, c);
     size_t n = model->num_parameters;
     size_t elem = version == CHECKPOINT_VERSION_FP32 ? sizeof(float) : sizeof(uint16_t);
-    long expected = (long)(sizeof(header) + n * elem);
+    long expected = (long)(CHECKPOINT_HEADER_INTS * sizeof(int) + n * elem);
     if (file_size != expected)
         die("%s: %s by %ld bytes: the header's config needs %zu parameters (%ld bytes in all)",
             path, file_size < expected ? "truncated" : "too long",

@@ -190,6 +190,8 @@ void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed);
 #define GPT2_INIT_SLAB (1 << 20)   // parameters it makes and uploads at a time (4 MiB of fp32)
 // llm.c model file, version 3 (fp32) or 5 (bf16). Dies naming the file on any problem.
 void gpt2_load_checkpoint(GPT2 *model, const char *path);
+// The config in a model file's header, checked as gpt2_load_checkpoint checks it (dies likewise)
+GPT2Config gpt2_checkpoint_config(const char *path);
 // Writes version 3 (fp32) when floatX is fp32, else version 5 (bf16); atomic.
 void gpt2_save_checkpoint(const GPT2 *model, const char *path);
 size_t gpt2_checkpoint_bytes(const GPT2 *model);   // the size of the file it writes

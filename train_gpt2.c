@@ -405,18 +405,8 @@ static void check_resumed_model(const Options *o, const GPT2 *model) {
             o->max_seq_len, o->out_dir, c->max_seq_len);
     if (!o->init_given) return;
     GPT2Config want;
-    int header[CHECKPOINT_HEADER_INTS];
-    if (gpt2_config_from_name(&want, o->init, c->max_seq_len) != 0) {
-        FILE *f = fopen(o->init, "rb");
-        if (!f || fread(header, sizeof(header), 1, f) != 1) {
-            if (f) fclose(f);
-            die("flags -e %s and -y 1: %s is no model size and no readable checkpoint; a resumed "
-                "run continues the model in %s", o->init, o->init, o->out_dir);
-        }
-        fclose(f);
-        want.max_seq_len = header[2], want.vocab_size = header[3], want.num_layers = header[4];
-        want.num_heads = header[5], want.channels = header[6];
-    }
+    if (gpt2_config_from_name(&want, o->init, c->max_seq_len) != 0)
+        want = gpt2_checkpoint_config(o->init);
     if (want.num_layers != c->num_layers || want.num_heads != c->num_heads ||
         want.channels != c->channels || want.vocab_size != c->vocab_size)
         die("flags -e %s and -y 1: the run in %s is a model of L=%d NH=%d C=%d V=%d, and %s is "
