@@ -66,9 +66,10 @@ constexpr int kBC = 128;               // key/value rows of a tile
 constexpr int kPanelCols = 64;         // bf16 columns of one 128-byte swizzled panel row
 constexpr int kRowBytes = 128;         // bytes of one panel row
 constexpr int kProducerRegs = 24;      // registers per producer thread after setmaxnreg
-// Ping-pong: the consumers take turns to issue their products (named barriers 1..CONSUMERS), so
-// that one warpgroup's softmax runs while another's products use the tensor cores. Build with
-// -DFLASH_SM90_PINGPONG=0 (FLASH_FLAGS in tests/gpu/attention.mk) to let them run unordered.
+// Ping-pong: the consumers take turns to issue their products (named barriers), so that one
+// warpgroup's softmax (forward) or exponentials (backward) run while another's products use the
+// tensor cores. Build with -DFLASH_SM90_PINGPONG=0 (FLASH_FLAGS in tests/gpu/attention.mk) to
+// let them run unordered.
 #ifndef FLASH_SM90_PINGPONG
 #define FLASH_SM90_PINGPONG 1
 #endif
@@ -149,7 +150,9 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
     const int b = bh / NH, h = bh % NH;
     const int q0 = q_tile * BR;
     const int kv_tiles = (min(q0 + BR, T) + kBC - 1) / kBC;   // causal: keys < q0 + BR
-    const int wg = threadIdx.x / 128;
+    // the warpgroup, broadcast from lane 0 so that the compiler knows it is warp-uniform and keeps
+    // what derives from it (operand addresses, wgmma descriptors) in uniform registers
+    const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
 
     if (threadIdx.x == 0) {
         mbar_init(&q_full, 1);
@@ -331,12 +334,13 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //   128 registers, dK and dV 64) and 64 at HS = 128 (dK and dV take 128).
 //
 // ---- per consumer, per step (query tile i, ring stage s) -----------------------------------------
-//   wait full[s]; issue S^T = K Q^T, dP^T = V dO^T
+//   wait full[s]; wait for my turn; issue S^T = K Q^T, dP^T = V dO^T; pass the turn
+//   fence; arrive dq_full[c] (step i-1's dQ part, staged at its end, goes to the writer)
 //   wait S^T: P^T (exp2, causal mask on the diagonal tiles); wait dP^T: dS^T
-//   issue dV += P^T dO, dK += dS^T Q (A from registers)
-//   dS^T -> shared (buffer i % 2); fence; named barrier with the other consumer
+//   issue dV += P^T dO, dK += dS^T Q (A from registers); dS^T -> shared (buffer i % 2; at
+//   HS = 64 before the issue); fence; named barrier with the other consumer
 //   issue dQ_part = dS K; wait all; arrive empty[s]
-//   wait dq_empty[c]; dQ_part -> staging; fence; arrive dq_full[c]
+//   wait dq_empty[c]; dQ_part -> staging
 // ================================================================================================
 
 template <int HS>
@@ -346,6 +350,9 @@ struct BwdShape {
     static constexpr int THREADS = 384;              // producer warpgroup + 2 consumers
     static constexpr int CONSUMER_REGS = 240;        // 128*24 + 256*240 = 64,512 of 65,536
     static constexpr int STAGES = 2;                 // Q/dO ring (3 do not fit beside the rest)
+    // dS^T stored before dV and dK are issued (the stores drain under the issue): 2-4% faster
+    // at HS = 64, 1-3% slower at HS = 128 (docs/PERF.md, "Hopper backward", second round)
+    static constexpr bool DS_FIRST = HS == 64;
     static constexpr int PANELS = HS / kPanelCols;
     static constexpr int KV_BYTES = BC * HS * 2;        // K or V
     static constexpr int QT_BYTES = BR * HS * 2;        // one stage's Q or dO
@@ -370,10 +377,10 @@ struct BwdShape {
 // keys, MN-major), B = K's panel at `k` (BC keys x 64 columns, MN-major)
 template <int BC>
 __device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t k) {
+    const uint64_t dds = smem_desc(ds, BC * 128, 1024), dk = smem_desc(k, BC * 128, 1024);
 #pragma unroll
     for (int kc = 0; kc < BC / 16; kc++)
-        wgmma_ss<1>(dq, smem_desc(ds + kc * 16 * 128, BC * 128, 1024),
-                    smem_desc(k + kc * 16 * 128, BC * 128, 1024), kc > 0);
+        wgmma_ss<1>(dq, desc_advance(dds, kc * 16 * 128), desc_advance(dk, kc * 16 * 128), kc > 0);
 }
 
 // Grid: (key/value blocks) x (B*NH), 1-D, key block 0 of every head first (under the causal
@@ -401,7 +408,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     const int q_tiles = (T + BR - 1) / BR;
     const int first_tile = kv0 / BR;   // earlier queries see none of the block's keys
     const int steps = q_tiles - first_tile;
-    const int wg = threadIdx.x / 128;
+    // the warpgroup, broadcast from lane 0 so that the compiler knows it is warp-uniform and keeps
+    // what derives from it (operand addresses, wgmma descriptors) in uniform registers
+    const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
 
     if (threadIdx.x == 0) {
         mbar_init(&kv_full, 1);
@@ -489,6 +498,16 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         float dk[HS / 2], dv[HS / 2];
 #pragma unroll
         for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
+        // Ping-pong: the consumers take turns to issue S^T and dP^T (named barriers 2, 3),
+        // consumer 0 first, so that one's exponentials run while the other's products do;
+        // consumer 1 skips its last hand-over so that every wait has one arrival to match.
+        auto my_turn = [&]() {
+            if (FLASH_SM90_PINGPONG) named_bar_sync(2 + c, 256);
+        };
+        auto your_turn = [&]() {
+            if (FLASH_SM90_PINGPONG) named_bar_arrive(2 + (c ^ 1), 256);
+        };
+        if (c == 1) your_turn();
         mbar_wait(&kv_full, 0);
 
         for (int step = 0; step < steps; step++) {
@@ -502,11 +521,18 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             // S^T = K Q^T, dP^T = V dO^T (64 keys x BR queries each)
             float s[BR / 2], dp[BR / 2];
             mbar_wait(&full[slot.stage], slot.parity);
+            my_turn();
             wgmma_fence();
             gemm_abt<HS, BR, BC, BR>(s, k_rows, q);
             wgmma_commit();
             gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
             wgmma_commit();
+            if (c == 0 || step + 1 < steps) your_turn();
+            if (step > 0) {   // hand the last step's staged dQ part to the writer, now that
+                              // the fence's wait for the stores overlaps the products above
+                fence_proxy_async_shared();
+                mbar_arrive(&dq_full[c]);
+            }
 
             // P^T = exp2(S^T * scale*log2e - lse[query]*log2e), 0 where the key is after the
             // query (only in tiles that cross this consumer's diagonal). Columns are queries:
@@ -539,22 +565,27 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             pack_a(pa, s);
             pack_a(dsa, dp);
 
+            // dS^T -> shared, as the MN-major A operand of dS K: [query panel][key row][64]
+            // (dsa[k] holds key row 8*(k%2) and queries 8*(k/2) + 2t, +1 of the thread's)
+            unsigned char *ds_tile = smem + S::DS_OFF + (step & 1) * S::DS_BYTES;
+            auto store_ds = [&]() {
+#pragma unroll
+                for (int k = 0; k < BR / 4; k++) {
+                    const int row = 64 * c + 16 * warp + g + 8 * (k & 1);
+                    const int col = 8 * (k >> 1) + 2 * t;
+                    *reinterpret_cast<uint32_t *>(ds_tile + (col / 64) * BC * kRowBytes +
+                                                  swizzle_128b(row, (col % 64) * 2)) = dsa[k];
+                }
+            };
+            if (S::DS_FIRST) store_ds();
+
             // dV += P^T dO, dK += dS^T Q
             wgmma_fence();
             gemm_rab<HS, BR, BR>(dv, pa, dO);
             gemm_rab<HS, BR, BR>(dk, dsa, q);
             wgmma_commit();
 
-            // dS^T -> shared, as the MN-major A operand of dS K: [query panel][key row][64]
-            // (dsa[k] holds key row 8*(k%2) and queries 8*(k/2) + 2t, +1 of the thread's)
-            unsigned char *ds_tile = smem + S::DS_OFF + (step & 1) * S::DS_BYTES;
-#pragma unroll
-            for (int k = 0; k < BR / 4; k++) {
-                const int row = 64 * c + 16 * warp + g + 8 * (k & 1);
-                const int col = 8 * (k >> 1) + 2 * t;
-                *reinterpret_cast<uint32_t *>(ds_tile + (col / 64) * BC * kRowBytes +
-                                              swizzle_128b(row, (col % 64) * 2)) = dsa[k];
-            }
+            if (!S::DS_FIRST) store_ds();
             fence_proxy_async_shared();
             named_bar_sync(1, 256);   // both consumers' dS^T are in
 
@@ -582,6 +613,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                                             swizzle_128b(row, (col % 32) * 4)) =
                     make_float2(dq[i], dq[i + 1]);
             }
+            // (handed to the writer at the next step, after its S^T and dP^T are issued)
+        }
+        if (steps > 0) {
             fence_proxy_async_shared();
             mbar_arrive(&dq_full[c]);
         }

@@ -187,6 +187,15 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading_by
     return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)((leading_bytes >> 4) & 0x3FFF) << 16 |
            (uint64_t)((stride_bytes >> 4) & 0x3FFF) << 32 | 1ull << 62;
 }
+// The descriptor of the same operand `bytes` further on (a multiple of 16): one integer add on
+// the low word. The start-address field cannot carry into the leading byte offset above it,
+// since shared addresses stay below 2^18. The products below build one descriptor per operand
+// and advance it per k-step: building each from its address took five dependent integer
+// instructions per wgmma, a third of the consumers' instructions (docs/PERF.md).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+    const uint32_t lo = (uint32_t)desc + (bytes >> 4), hi = (uint32_t)(desc >> 32);
+    return (uint64_t)hi << 32 | lo;
+}
 // wgmma.fence: order earlier register writes (accumulators, A operands) before the next wgmma
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -273,11 +282,12 @@ __device__ __forceinline__ void wgmma_rs_tb<128>(float (&d)[64], const uint32_t 
 // of B_ROWS rows, both K-major over HS (S = Q K^T, S^T = K Q^T, dP^T = V dO^T)
 template <int HS, int N, int A_ROWS, int B_ROWS>
 __device__ __forceinline__ void gemm_abt(float (&d)[N / 2], uint32_t a, uint32_t b) {
+    const uint64_t da = smem_desc(a, 16, 1024), db = smem_desc(b, 16, 1024);
 #pragma unroll
     for (int ks = 0; ks < HS / 16; ks++) {
         const uint32_t col = (ks % 4) * 32;
-        wgmma_ss<0>(d, smem_desc(a + (ks / 4) * A_ROWS * 128 + col, 16, 1024),
-                    smem_desc(b + (ks / 4) * B_ROWS * 128 + col, 16, 1024), ks > 0);
+        wgmma_ss<0>(d, desc_advance(da, (ks / 4) * A_ROWS * 128 + col),
+                    desc_advance(db, (ks / 4) * B_ROWS * 128 + col), ks > 0);
     }
 }
 // d (64 x HS) += A B: A (64 x K) in registers as bf16 pairs (4 a k-step, see pack_a), B (K x HS)
@@ -285,10 +295,11 @@ __device__ __forceinline__ void gemm_abt(float (&d)[N / 2], uint32_t a, uint32_t
 template <int HS, int K, int B_ROWS>
 __device__ __forceinline__ void gemm_rab(float (&d)[HS / 2], const uint32_t (&a)[K / 4],
                                          uint32_t b) {
+    const uint64_t db = smem_desc(b, B_ROWS * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < K / 16; kk++) {
         const uint32_t ak[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
-        wgmma_rs_tb<HS>(d, ak, smem_desc(b + kk * 16 * 128, B_ROWS * 128, 1024));
+        wgmma_rs_tb<HS>(d, ak, desc_advance(db, kk * 16 * 128));
     }
 }
 

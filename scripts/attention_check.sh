@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The flash-attention kernels on a GPU in one call: correctness, sanitizers, and the speed of
 # every backward variant beside cuDNN and FlashAttention-2 (PyTorch SDPA) at both head sizes.
-#   scripts/attention_check.sh [STAGE ...]        (default: test sanitize bench train)
+#   scripts/attention_check.sh [STAGE ...]        (default: test sanitize bench train; also: profile)
 # Runs the binaries of BUILD (default build/cuda-flash, made by `make BACKEND=cuda cuda-build`
 # here or on the GPU machine); BENCH points at ../shared/bench's scripts (default .carry/bench).
 # Variants, chosen by the environment (attention/flash_sm90.h):
 #   hopper   the Hopper forward and backward (the default on sm_90)
 #   det      the same with --deterministic (dQ summed in key-block order)
 #   mma      FLASH_SM90_BWD=0: the Hopper forward with the mma.sync backward (the old one)
+# and VARIANTS="NAME ..." adds build/flash-NAME (scripts/flash_variant.sh: compile-time
+# switches) to the test and bench stages, each with a column beside hopper.
+# The profile stage runs Nsight Compute on the backward at T=16,384 (both head sizes) and writes
+# its per-instruction stall samples ($OUT/source-HS.csv) and its sections ($OUT/ncu-HS.txt).
 # Logs and CSVs go to $OUT (default out/attention_check); the table printed last is
 # $OUT/summary.md: per head size and T, forward and forward+backward ms of each, the backward
 # alone (fwd+bwd - fwd) with its TFLOP/s (2.5x the causal forward's FLOPs), and the ratios to cuDNN.
@@ -33,6 +37,21 @@ stage_test() {
     local t=$BUILD/tests/gpu/test_attention_gpu
     run test-hopper "$t"   # every case with both backward modes
     run test-mma env FLASH_SM90_BWD=0 "$t" --max-t 1025
+    for v in ${VARIANTS:-}; do
+        run "test-$v" build/flash-$v/tests/gpu/test_attention_gpu --max-t 4097
+    done
+}
+
+stage_profile() {
+    local hs nh
+    for cfg in 64:12 128:6; do
+        hs=${cfg%%:*}; nh=${cfg##*:}
+        run "profile-$hs" ncu --set full --import-source no --clock-control none \
+            -k regex:flash_backward_sm90 -c 1 -f -o "$OUT/prof-$hs" \
+            $BUILD/bench/attention --backend flash --hs $hs --nh $nh --tmin 16384 --tmax 16384
+        ncu -i "$OUT/prof-$hs.ncu-rep" --page source --csv --print-source sass > "$OUT/source-$hs.csv" 2>&1
+        ncu -i "$OUT/prof-$hs.ncu-rep" --page details > "$OUT/ncu-$hs.txt" 2>&1
+    done
 }
 
 stage_sanitize() {
@@ -52,9 +71,13 @@ stage_bench() {
             --hs $hs --nh $nh --csv "$OUT/det-$hs.csv"
         run "bench-mma-$hs" env FLASH_SM90_BWD=0 $BUILD/bench/attention --backend flash \
             --hs $hs --nh $nh --csv "$OUT/mma-$hs.csv"
+        for v in ${VARIANTS:-}; do
+            run "bench-$v-$hs" build/flash-$v/bench/attention --backend flash --hs $hs --nh $nh \
+                --csv "$OUT/v-$v-$hs.csv"
+        done
         run "torch-$hs" env H=$nh D=$hs BACKENDS=cudnn,flash python3 "$BENCH/torch_attention.py"
     done
-    python3 - "$OUT" <<'PY' > "$OUT/bench.md"
+    python3 - "$OUT" ${VARIANTS:-} <<'PY' > "$OUT/bench.md"
 import csv, sys, os
 out = sys.argv[1]
 def ours(name):
@@ -94,6 +117,25 @@ for hs in (64, 128):
         r1 = f"{c[1] / fb:.2f}x" if c else ""
         r2 = f"{c[1] / v['det'][T][1]:.2f}x" if c and T in v["det"] else ""
         print(f"| {T:,} | {h} | {hb} | {d} | {db} | {m} | {mb} | {cs} | {cb} | {fas} | {r1} | {r2} |")
+    variants = sys.argv[2:]
+    if variants:
+        w = {n: ours(f"v-{n}-{hs}") for n in variants}
+        print(f"\nHS={hs}, variants (scripts/flash_variant.sh): forward / forward+backward ms, bwd TFLOP/s, vs hopper and vs cuDNN fwd+bwd\n")
+        print("| T | hopper | " + " | ".join(variants) + " |")
+        print("|--:|--|" + "--|" * len(variants))
+        for T in sorted(v["hopper"]):
+            f, fb, B, NH = v["hopper"][T]
+            flop = 2.0 * B * NH * T * T * hs * 2.5
+            c = t.get((T, "cudnn"))
+            cells = [f"{f:.3f} / {fb:.3f} ({flop / ((fb - f) * 1e-3) / 1e12:.0f})"]
+            for n in variants:
+                if T not in w[n]:
+                    cells.append("")
+                    continue
+                a, b = w[n][T][0], w[n][T][1]
+                cells.append(f"{a:.3f} / {b:.3f} ({flop / ((b - a) * 1e-3) / 1e12:.0f}) {fb / b:.3f}x"
+                             + (f", {c[1] / b:.2f}x cuDNN" if c else ""))
+            print(f"| {T:,} | " + " | ".join(cells) + " |")
 PY
 }
 
@@ -114,9 +156,9 @@ stage_train() {
     done
 }
 
-all_stages=(test sanitize bench train)
+all_stages=(test sanitize bench train profile)
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=("${all_stages[@]}")
+[ ${#stages[@]} -eq 0 ] && stages=(test sanitize bench train)
 : > "$OUT/checks.md"
 rm -f "$OUT/bench.md" "$OUT/train.md"
 for s in "${stages[@]}"; do
