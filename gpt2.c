@@ -476,6 +476,44 @@ static void upload_tokens(int *dst, const int *src, size_t n, int V, const char 
 }
 
 // the forward pass; with targets, the loss (and, when dloss != 0, dlogits in place of logits)
+// ----------------------------------------------------------------------------------------
+// the transformer block: the forward (training and decoding), then the backward (training)
+
+void block_forward(const LayerParams *w, const BlockBuffers *x, const floatX *residual,
+                   BlockAttention attention, int N, int C) {
+    // attention block: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+    layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual, w->ln1w, w->ln1b, N, C);
+    matmul_forward(x->qkv, x->ln1, w->qkvw, w->qkvb, N, C, 3 * C);
+    attention.run(attention.ctx, x->atty, x->qkv);
+    matmul_forward(x->proj, x->atty, w->attprojw, w->attprojb, N, C, C);
+    residual_forward(x->residual2, residual, x->proj, (size_t)N * C);
+    // MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+    layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2, w->ln2w, w->ln2b, N, C);
+    matmul_forward(x->fch, x->ln2, w->fcw, w->fcb, N, C, 4 * C);
+    gelu_forward(x->fch_gelu, x->fch, (size_t)N * 4 * C);
+    matmul_forward(x->proj, x->fch_gelu, w->fcprojw, w->fcprojb, N, 4 * C, C);
+    residual_forward(x->residual3, x->residual2, x->proj, (size_t)N * C);
+}
+
+// a training layer's buffers: its own activations, the model's shared projection scratch
+static BlockBuffers layer_buffers(const LayerActs *x, floatX *proj) {
+    return (BlockBuffers){.ln1 = x->ln1, .ln1_mean = x->ln1_mean, .ln1_rstd = x->ln1_rstd,
+                          .qkv = x->qkv, .atty = x->atty, .proj = proj,
+                          .residual2 = x->residual2, .ln2 = x->ln2, .ln2_mean = x->ln2_mean,
+                          .ln2_rstd = x->ln2_rstd, .fch = x->fch, .fch_gelu = x->fch_gelu,
+                          .residual3 = x->residual3};
+}
+
+// the causal attention of a training batch, saving what its backward needs in att_saved
+typedef struct {
+    void *saved, *scratch;
+    int B, T, NH, HS;
+} TrainAttention;
+static void train_attention(void *ctx, floatX *atty, const floatX *qkv) {
+    TrainAttention *a = ctx;
+    attention_forward(atty, a->saved, a->scratch, qkv, a->B, a->T, a->NH, a->HS);
+}
+
 static float forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss) {
     ensure_activations(model, B, T);
     model->last_B = B;
@@ -492,18 +530,9 @@ static float forward(GPT2 *model, const int *inputs, const int *targets, int B, 
         LayerParams w = gpt2_layer_params(&p, C, l);
         LayerActs x = gpt2_layer_acts(model, l);
         floatX *residual = l == 0 ? a.encoded : gpt2_layer_acts(model, l - 1).residual3;
-        // attention block: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-        matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-        attention_forward(x.atty, x.att_saved, a.att_scratch, x.qkv, B, T, NH, HS);
-        matmul_forward(a.scratch_c, x.atty, w.attprojw, w.attprojb, N, C, C);
-        residual_forward(x.residual2, residual, a.scratch_c, (size_t)N * C);
-        // MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
-        matmul_forward(x.fch, x.ln2, w.fcw, w.fcb, N, C, 4 * C);
-        gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
-        matmul_forward(a.scratch_c, x.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
-        residual_forward(x.residual3, x.residual2, a.scratch_c, (size_t)N * C);
+        BlockBuffers buf = layer_buffers(&x, a.scratch_c);
+        TrainAttention att = {x.att_saved, a.att_scratch, B, T, NH, HS};
+        block_forward(&w, &buf, residual, (BlockAttention){train_attention, &att}, N, C);
     }
     floatX *last = gpt2_layer_acts(model, L - 1).residual3;
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, N, C);
@@ -532,10 +561,45 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
 // full (its mean and rstd are written again, with the bits they had), not from the saved
 // statistics: a second normalising kernel could round differently, the same one cannot.
 
+// Block l's backward, its forward in reverse: a.dresidual (N, C) holds the gradient of the
+// block's output and leaves holding that of its input `residual`; the block's parameter
+// gradients are accumulated into model->grads. The other activation gradients go through the
+// shared scratch buffers (scratch_4c, scratch_3c, scratch_c).
+static void block_backward(GPT2 *model, int l, const floatX *residual) {
+    GPT2Config c = model->config;
+    int B = model->last_B, T = model->last_T, N = B * T;
+    int NH = c.num_heads, C = c.channels, HS = C / NH;
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors a = model->acts;
+    LayerParams w = gpt2_layer_params(&p, C, l), dw = gpt2_layer_params(&g, C, l);
+    LayerActs x = gpt2_layer_acts(model, l);
+    void *mm = a.matmul_scratch, *ln = a.layernorm_scratch;
+    // MLP block
+    if (recomputed(model, ACT_fch_gelu)) gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
+    matmul_backward(a.scratch_4c, dw.fcprojw, dw.fcprojb, mm, a.dresidual, x.fch_gelu,
+                    w.fcprojw, N, 4 * C, C);
+    gelu_backward(a.scratch_4c, x.fch, a.scratch_4c, (size_t)N * 4 * C);
+    if (recomputed(model, ACT_ln2))
+        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
+    matmul_backward(a.scratch_c, dw.fcw, dw.fcb, mm, a.scratch_4c, x.ln2, w.fcw, N, C, 4 * C);
+    layernorm_backward(a.dresidual, dw.ln2w, dw.ln2b, ln, a.scratch_c, x.residual2, w.ln2w,
+                       x.ln2_mean, x.ln2_rstd, N, C);
+    // attention block
+    matmul_backward(a.scratch_c, dw.attprojw, dw.attprojb, mm, a.dresidual, x.atty, w.attprojw,
+                    N, C, C);
+    attention_backward(a.scratch_3c, a.att_scratch, a.scratch_c, x.qkv, x.atty, x.att_saved, B,
+                       T, NH, HS);
+    if (recomputed(model, ACT_ln1))
+        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+    matmul_backward(a.scratch_c, dw.qkvw, dw.qkvb, mm, a.scratch_3c, x.ln1, w.qkvw, N, C, 3 * C);
+    layernorm_backward(a.dresidual, dw.ln1w, dw.ln1b, ln, a.scratch_c, residual, w.ln1w,
+                       x.ln1_mean, x.ln1_rstd, N, C);
+}
+
 static void backward(GPT2 *model) {
     GPT2Config c = model->config;
     int B = model->last_B, T = model->last_T, N = B * T;
-    int L = c.num_layers, NH = c.num_heads, C = c.channels, Vp = c.padded_vocab_size, HS = C / NH;
+    int L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size;
     ParameterTensors p = model->params, g = model->grads;
     ActivationTensors a = model->acts;
 
@@ -545,32 +609,8 @@ static void backward(GPT2 *model) {
     floatX *last = gpt2_layer_acts(model, L - 1).residual3;
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.layernorm_scratch, a.scratch_c, last, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, N, C);
-    for (int l = L - 1; l >= 0; l--) {
-        LayerParams w = gpt2_layer_params(&p, C, l), dw = gpt2_layer_params(&g, C, l);
-        LayerActs x = gpt2_layer_acts(model, l);
-        floatX *residual = l == 0 ? a.encoded : gpt2_layer_acts(model, l - 1).residual3;
-        void *mm = a.matmul_scratch, *ln = a.layernorm_scratch;
-        // MLP block
-        if (recomputed(model, ACT_fch_gelu)) gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
-        matmul_backward(a.scratch_4c, dw.fcprojw, dw.fcprojb, mm, a.dresidual, x.fch_gelu,
-                        w.fcprojw, N, 4 * C, C);
-        gelu_backward(a.scratch_4c, x.fch, a.scratch_4c, (size_t)N * 4 * C);
-        if (recomputed(model, ACT_ln2))
-            layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
-        matmul_backward(a.scratch_c, dw.fcw, dw.fcb, mm, a.scratch_4c, x.ln2, w.fcw, N, C, 4 * C);
-        layernorm_backward(a.dresidual, dw.ln2w, dw.ln2b, ln, a.scratch_c, x.residual2, w.ln2w,
-                           x.ln2_mean, x.ln2_rstd, N, C);
-        // attention block
-        matmul_backward(a.scratch_c, dw.attprojw, dw.attprojb, mm, a.dresidual, x.atty,
-                        w.attprojw, N, C, C);
-        attention_backward(a.scratch_3c, a.att_scratch, a.scratch_c, x.qkv, x.atty, x.att_saved,
-                           B, T, NH, HS);
-        if (recomputed(model, ACT_ln1))
-            layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-        matmul_backward(a.scratch_c, dw.qkvw, dw.qkvb, mm, a.scratch_3c, x.ln1, w.qkvw, N, C, 3 * C);
-        layernorm_backward(a.dresidual, dw.ln1w, dw.ln1b, ln, a.scratch_c, residual, w.ln1w,
-                           x.ln1_mean, x.ln1_rstd, N, C);
-    }
+    for (int l = L - 1; l >= 0; l--)
+        block_backward(model, l, l == 0 ? a.encoded : gpt2_layer_acts(model, l - 1).residual3);
     encoder_backward(g.wte, g.wpe, a.encoder_scratch, a.dresidual, a.inputs, B, T, C);
 }
 

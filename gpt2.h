@@ -212,6 +212,24 @@ int gpt2_allocate_activations(GPT2 *model, int B, int T);
 // layer l's activations of the last pass (last_B, last_T): views into the (L, ...) tensors
 LayerActs gpt2_layer_acts(const GPT2 *model, int l);
 
+// ---- the transformer block, written once -------------------------------------------------
+// x_out = x + attproj(attention(qkv(ln1(x)))) then + fcproj(gelu(fc(ln2(.)))), on N rows of C
+// channels. BlockBuffers says where each intermediate goes: training keeps them per layer
+// (LayerActs), a decode step reuses one small set (KVCache). `proj` holds each projection's
+// output before its residual add; residual3 may be the input x (read only before it is written).
+typedef struct {
+    floatX *ln1, *qkv, *atty, *proj, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+} BlockBuffers;
+// The attention between qkv (N, 3C) and atty (N, C): the causal attention of a training batch
+// (gpt2.c) or a decode step's against its KV cache (gpt2_decode.c).
+typedef struct {
+    void (*run)(void *ctx, floatX *atty, const floatX *qkv);
+    void *ctx;
+} BlockAttention;
+void block_forward(const LayerParams *w, const BlockBuffers *x, const floatX *residual,
+                   BlockAttention attention, int N, int C);
+
 // Forward pass on inputs (B, T) host token ids. With targets (B, T), returns the mean
 // cross-entropy loss; without (NULL), returns -1 and leaves the logits in acts.logits.
 float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T);

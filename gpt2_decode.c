@@ -112,34 +112,40 @@ typedef struct {
     KVCache *cache;
 } DecodeArgs;
 
+// a decode step's attention in layer l: the new token's k and v go into the cache first (so
+// the token attends to itself), then its q attends to the cache's first len positions
+typedef struct {
+    KVCache *cache;
+    int l;
+} DecodeAttention;
+static void decode_attention(void *ctx, floatX *atty, const floatX *qkv) {
+    const DecodeAttention *a = ctx;
+    KVCache *d = a->cache;
+    int B = d->B, NH = d->NH, HS = d->HS, maxT = d->maxT;
+    size_t layer_stride = (size_t)B * maxT * NH * HS;
+    floatX *kcache = d->k + a->l * layer_stride, *vcache = d->v + a->l * layer_stride;
+    const int *pos = d->inputs + B, *len = d->inputs + B + 1;
+    kv_cache_store(kcache, vcache, d->q, qkv, pos, B, 1, maxT, NH, HS);
+    attention_decode_dev(atty, d->att_scratch, d->q, kcache, vcache, len, B, maxT, NH, HS);
+}
+
 // from cache->x, the embedded tokens (B, C), to cache->logits (B, Vp). Launches the same work
 // with the same arguments at every position: the position is read from cache->inputs.
 static void decode_layers(void *arg) {
     GPT2 *model = ((DecodeArgs *)arg)->model;
     KVCache *d = ((DecodeArgs *)arg)->cache;
     GPT2Config c = model->config;
-    int B = d->B, L = c.num_layers, NH = c.num_heads, C = c.channels, HS = C / NH;
-    int Vp = c.padded_vocab_size, maxT = d->maxT;
+    int B = d->B, L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size;
     ParameterTensors p = model->params;
-    size_t layer_stride = (size_t)B * maxT * C;
-    const int *pos = d->inputs + B, *len = d->inputs + B + 1;
+    // one set of buffers for every layer; the residual stream goes x -> x2 -> x
+    BlockBuffers buf = {.ln1 = d->ln, .ln1_mean = d->ln_mean, .ln1_rstd = d->ln_rstd,
+                        .qkv = d->qkv, .atty = d->atty, .proj = d->proj, .residual2 = d->x2,
+                        .ln2 = d->ln, .ln2_mean = d->ln_mean, .ln2_rstd = d->ln_rstd,
+                        .fch = d->fch, .fch_gelu = d->fch_gelu, .residual3 = d->x};
     for (int l = 0; l < L; l++) {
         LayerParams w = gpt2_layer_params(&p, C, l);
-        floatX *kcache = d->k + l * layer_stride, *vcache = d->v + l * layer_stride;
-        // attention block: x2 = x + attproj(attention(q, cache + (k, v))), q, k, v of ln1(x);
-        // k and v go into the cache before the attention, so the token attends to itself
-        layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x, w.ln1w, w.ln1b, B, C);
-        matmul_forward(d->qkv, d->ln, w.qkvw, w.qkvb, B, C, 3 * C);
-        kv_cache_store(kcache, vcache, d->q, d->qkv, pos, B, 1, maxT, NH, HS);
-        attention_decode_dev(d->atty, d->att_scratch, d->q, kcache, vcache, len, B, maxT, NH, HS);
-        matmul_forward(d->proj, d->atty, w.attprojw, w.attprojb, B, C, C);
-        residual_forward(d->x2, d->x, d->proj, (size_t)B * C);
-        // MLP block: x = x2 + fcproj(gelu(fc(ln2(x2))))
-        layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x2, w.ln2w, w.ln2b, B, C);
-        matmul_forward(d->fch, d->ln, w.fcw, w.fcb, B, C, 4 * C);
-        gelu_forward(d->fch_gelu, d->fch, (size_t)B * 4 * C);
-        matmul_forward(d->proj, d->fch_gelu, w.fcprojw, w.fcprojb, B, 4 * C, C);
-        residual_forward(d->x, d->x2, d->proj, (size_t)B * C);
+        DecodeAttention att = {d, l};
+        block_forward(&w, &buf, d->x, (BlockAttention){decode_attention, &att}, B, C);
     }
     layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x, p.lnfw, p.lnfb, B, C);
     matmul_forward(d->logits, d->ln, p.wte, NULL, B, C, Vp);   // tied LM head
