@@ -2,6 +2,7 @@
 #   make                      train_gpt2 and infer_gpt2 for the default backend and attention
 #   make ATTENTION=naive      the same with the three-kernel attention baseline
 #   make BACKEND=cuda         force the CUDA build (e.g. to compile on a machine without a GPU)
+#   make import_hf            the Hugging Face weights importer (model.safetensors -> model file)
 #   make test                 the CPU test suite (what CI runs)
 #   make data                 TinyShakespeare token files and the tokenizer file
 #   make train                prepare data, build, train, sample
@@ -54,7 +55,7 @@ endif
 BUILD = build/$(VARIANT)
 
 # ---- sources --------------------------------------------------------------------------
-CORE_SRC = gpt2.c gpt2_decode.c sampler.c utils.c data/dataloader.c data/tokenizer.c
+CORE_SRC = gpt2.c checkpoint.c gpt2_decode.c sampler.c utils.c data/dataloader.c data/tokenizer.c
 BPE_SRC = data/bpe.c data/json.c
 ifeq ($(BACKEND),cuda)
 CFLAGS += -DBACKEND_CUDA
@@ -85,6 +86,16 @@ $(BUILD)/train_gpt2: $(call obj,train_gpt2.c train_state.c) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS)
 $(BUILD)/infer_gpt2: $(call obj,infer_gpt2.c $(BPE_SRC)) $(CORE_OBJ)
 	$(LINK) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS)
+
+# import_hf: Hugging Face GPT-2 weights (model.safetensors) -> llm.c model file. It links the
+# model file's layout (checkpoint.c), utils.c and the parsers of data/ (safetensors.c, fuzzed
+# by fuzz/fuzz_safetensors.c; the JSON reader; the ByteBuf of tokenizer.c it reads strings
+# into): no model, no backend, no PCRE2, so it builds and runs the same everywhere.
+# tests/test_infer.c runs $(BUILD)/import_hf, so test-build builds it.
+import_hf: $(BUILD)/import_hf
+	cp $< $@
+$(BUILD)/import_hf: $(call obj,import_hf.c checkpoint.c data/safetensors.c data/json.c data/tokenizer.c utils.c)
+	$(CC) $(LDFLAGS) $^ -o $@ -lm
 
 $(BUILD)/%.c.o: %.c
 	@mkdir -p $(dir $@)
@@ -149,7 +160,7 @@ $(BUILD)/attention/flash_sm90.cu.o: NVCC_ARCH = -gencode=arch=compute_90a,code=s
 # the flash backend is both files: its prefixed object (the tests' and benchmarks' copy) joins them
 $(BUILD)/prefixed/attention/flash.cu.o: $(BUILD)/attention/flash_sm90.cu.o
 
--include data/data.mk data/import.mk
+-include data/data.mk
 # GPU tests and benchmarks (tests/gpu/*.mk, bench/*.mk) add their own rules
 -include $(wildcard tests/gpu/*.mk bench/*.mk)
 
@@ -171,7 +182,7 @@ $(BUILD)/tests/%: $(call obj,tests/%.c) $(CORE_OBJ)
 # `make test` is the CPU suite whatever BACKEND says (CUDA tests live in tests/gpu/)
 test:
 	@$(MAKE) --no-print-directory BACKEND=cpu run-tests
-test-build: $(TEST_BINS) $(BUILD)/train_gpt2 $(BUILD)/infer_gpt2 $(BUILD)/tokenize $(BUILD)/prepare_data
+test-build: $(TEST_BINS) $(BUILD)/train_gpt2 $(BUILD)/infer_gpt2 $(BUILD)/import_hf $(BUILD)/tokenize $(BUILD)/prepare_data
 run-tests: test-build
 	BUILD=$(BUILD) bash tests/run_tests.sh $(TEST_BINS)
 # everything CI runs: both attention backends, sanitizers, CUDA compile, a short fuzz

@@ -75,27 +75,16 @@ double arena_print(FILE *out, const char *const *names, const size_t *bytes, int
 }
 
 // ----------------------------------------------------------------------------------------
-// the parameter table (gpt2.h: GPT2_PARAMETERS), in checkpoint order
+// the parameter table (checkpoint.h: GPT2_PARAMETERS; its names and sizes are checkpoint.c's), in
+// checkpoint order
 
 enum { INIT_NORMAL, INIT_RESIDUAL, INIT_EMBEDDING, INIT_ONES, INIT_ZEROS };
-#define NAME(name, ...) #name,
 #define DECAY(name, elements, decay, init) decay,
 #define INIT(name, elements, decay, init) init,
-static const char *const param_names[NUM_PARAMETER_TENSORS] = {GPT2_PARAMETERS(NAME, NAME)};
 static const int param_decays[NUM_PARAMETER_TENSORS] = {GPT2_PARAMETERS(DECAY, DECAY)};
 static const int param_inits[NUM_PARAMETER_TENSORS] = {GPT2_PARAMETERS(INIT, INIT)};
 #undef DECAY
 #undef INIT
-
-static void parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], GPT2Config c) {
-    size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
-    (void)Vp, (void)maxT;
-#define ONE(name, elements, ...) sizes[PARAM_##name] = (elements);
-#define LAYER(name, elements, ...) sizes[PARAM_##name] = L * (elements);
-    GPT2_PARAMETERS(ONE, LAYER)
-#undef ONE
-#undef LAYER
-}
 
 // points the tensors of *t into the arena memory, one after another in table order
 static void point_parameters(ParameterTensors *t, floatX *memory,
@@ -114,11 +103,8 @@ LayerParams gpt2_layer_params(const ParameterTensors *t, size_t C, int l) {
 }
 
 static void validate_config(GPT2Config c, const char *source) {
-    const char *problem = gpt2_config_problem(c);
-    if (problem)
-        die("%s: invalid model config (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d): %s", source,
-            c.num_layers, c.num_heads, c.channels, c.max_seq_len, c.vocab_size,
-            c.padded_vocab_size, problem);
+    char err[256];
+    if (checkpoint_config_check(c, err, sizeof(err)) != 0) die("%s: %s", source, err);
 }
 
 // parameters in the arenas: num_parameters, then the zero padding that makes the shards equal
@@ -135,7 +121,7 @@ static size_t shard_owned(const GPT2 *model) {
 static void size_parameters(GPT2 *model, GPT2Config config) {
     memset(model, 0, sizeof(*model));
     model->config = config;
-    parameter_sizes(model->param_sizes, config);
+    checkpoint_tensor_sizes(model->param_sizes, config);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) model->num_parameters += model->param_sizes[i];
 }
 
@@ -251,8 +237,7 @@ void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed) {
 }
 
 // ----------------------------------------------------------------------------------------
-// checkpoints: llm.c's model file. Header of 256 int32: magic 20240326, version (3: fp32
-// parameters, 5: bf16), maxT, V, L, NH, C, Vp; then the parameters in table order.
+// checkpoints: llm.c's model file (checkpoint.h: the header, the tensors in table order)
 
 static float bf16_bits_to_float(uint16_t bits) {
     uint32_t u = (uint32_t)bits << 16;
@@ -262,50 +247,39 @@ static float bf16_bits_to_float(uint16_t bits) {
 }
 
 // reads and checks the header of the model file f (file_size bytes): its config and version
-static GPT2Config read_checkpoint_header(FILE *f, long file_size, const char *path, int *version) {
-    int header[CHECKPOINT_HEADER_INTS];
+static CheckpointHeader read_checkpoint_header(FILE *f, long file_size, const char *path) {
+    int32_t header[CHECKPOINT_HEADER_INTS];
     if (file_size < (long)sizeof(header))
-        die("%s: not a model checkpoint: %ld bytes, shorter than the 1024-byte header", path, file_size);
-    fread_or_die(header, sizeof(int), CHECKPOINT_HEADER_INTS, f, path);
-    if (header[0] != CHECKPOINT_MAGIC)
-        die("%s: not a model checkpoint: bad magic %d (expected %d)", path, header[0], CHECKPOINT_MAGIC);
-    *version = header[1];
-    if (*version != CHECKPOINT_VERSION_FP32 && *version != CHECKPOINT_VERSION_BF16)
-        die("%s: unsupported checkpoint version %d (this program reads 3 (fp32) and 5 (bf16))",
-            path, *version);
-    GPT2Config c = {.max_seq_len = header[2], .vocab_size = header[3], .num_layers = header[4],
-                    .num_heads = header[5], .channels = header[6], .padded_vocab_size = header[7]};
-    validate_config(c, path);
-    return c;
+        die("%s: not a model checkpoint: %ld bytes, shorter than the %d-byte header", path, file_size,
+            CHECKPOINT_HEADER_BYTES);
+    fread_or_die(header, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f, path);
+    CheckpointHeader h;
+    char err[256];
+    if (checkpoint_header_unpack(header, &h, err, sizeof(err)) != 0) die("%s: %s", path, err);
+    return h;
 }
 
 GPT2Config gpt2_checkpoint_config(const char *path) {
     FILE *f = fopen_or_die(path, "rb");
-    int version;
-    GPT2Config c = read_checkpoint_header(f, file_size_or_die(f, path), path, &version);
+    CheckpointHeader h = read_checkpoint_header(f, file_size_or_die(f, path), path);
     fclose(f);
-    return c;
+    return h.config;
 }
 
 void gpt2_load_checkpoint(GPT2 *model, const char *path) {
     FILE *f = fopen_or_die(path, "rb");
     long file_size = file_size_or_die(f, path);
-    int version;
-    GPT2Config c = read_checkpoint_header(f, file_size, path, &version);
+    CheckpointHeader h = read_checkpoint_header(f, file_size, path);
     // the file's size against the config's before any allocation: a header that claims a
     // huge model in a small file is a truncated file, not a reason to allocate gigabytes
-    size_parameters(model, c);
+    char err[256];
+    if (checkpoint_check_size(&h, (uint64_t)file_size, err, sizeof(err)) != 0) die("%s: %s", path, err);
+    size_parameters(model, h.config);
     size_t n = model->num_parameters;
-    size_t elem = version == CHECKPOINT_VERSION_FP32 ? sizeof(float) : sizeof(uint16_t);
-    long expected = (long)(CHECKPOINT_HEADER_INTS * sizeof(int) + n * elem);
-    if (file_size != expected)
-        die("%s: %s by %ld bytes: the header's config needs %zu parameters (%ld bytes in all)",
-            path, file_size < expected ? "truncated" : "too long",
-            labs(expected - file_size), n, expected);
     allocate_parameters(model);
     float *host = malloc(n * sizeof(float));
     if (!host) die("out of host memory loading %s", path);
-    if (version == CHECKPOINT_VERSION_FP32) {
+    if (h.version == CHECKPOINT_VERSION_FP32) {
         fread_or_die(host, sizeof(float), n, f, path);
     } else {   // bf16 -> fp32 in place, from the back so nothing is overwritten before use
         uint16_t *bits = (uint16_t *)host;
@@ -320,21 +294,13 @@ void gpt2_load_checkpoint(GPT2 *model, const char *path) {
 }
 
 size_t gpt2_checkpoint_bytes(const GPT2 *model) {
-    return CHECKPOINT_HEADER_INTS * sizeof(int) + model->num_parameters * sizeof(floatX);
+    return CHECKPOINT_HEADER_BYTES + model->num_parameters * sizeof(floatX);
 }
 
 void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
-    const GPT2Config *c = &model->config;
-    int header[CHECKPOINT_HEADER_INTS] = {0};
+    int32_t header[CHECKPOINT_HEADER_INTS];
     int fp32 = sizeof(floatX) == sizeof(float);
-    header[0] = CHECKPOINT_MAGIC;
-    header[1] = fp32 ? CHECKPOINT_VERSION_FP32 : CHECKPOINT_VERSION_BF16;
-    header[2] = c->max_seq_len;
-    header[3] = c->vocab_size;
-    header[4] = c->num_layers;
-    header[5] = c->num_heads;
-    header[6] = c->channels;
-    header[7] = c->padded_vocab_size;
+    checkpoint_header_pack(header, model->config, fp32 ? CHECKPOINT_VERSION_FP32 : CHECKPOINT_VERSION_BF16);
     size_t bytes = model->num_parameters * sizeof(floatX);   // floatX is fp32 or bf16 bits
     void *host = malloc(bytes);
     if (!host) die("out of host memory saving %s", path);
@@ -350,6 +316,7 @@ void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
 // ----------------------------------------------------------------------------------------
 // the activation table (gpt2.h: GPT2_ACTIVATIONS)
 
+#define NAME(name, ...) #name,
 #define RECOMPUTE_LEVEL(name, type, elements, level) level,
 #define NEVER(...) RECOMPUTE_LEVELS,
 static const char *const activation_names[NUM_ACTIVATION_TENSORS] = {GPT2_ACTIVATIONS(NAME, NAME, NAME)};
@@ -768,7 +735,7 @@ void gpt2_print_memory(const GPT2 *model) {
     printf("  %-18s %14s %12s\n", "tensor", "elements", "bytes");
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         format_bytes(buf, sizeof(buf), (double)model->param_sizes[i] * sizeof(floatX));
-        printf("  %-18s %14zu %12s\n", param_names[i], model->param_sizes[i], buf);
+        printf("  %-18s %14zu %12s\n", checkpoint_tensor_names[i], model->param_sizes[i], buf);
     }
     double shard = (double)model->shard_size;   // ZeRO-1: this rank's part of the optimizer
     double state = 2.0 * padded_parameters(model) * sizeof(floatX) +

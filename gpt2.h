@@ -8,69 +8,23 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "checkpoint.h"
 #include "layers/layers.h"
 #include "utils.h"
 
 #define GPT2_VOCAB_SIZE 50257
 #define GPT2_PADDED_VOCAB_SIZE 50304   // 50257 rounded up to a multiple of 128
 #define GPT2_EOT 50256                 // <|endoftext|>
-#define CHECKPOINT_MAGIC 20240326      // llm.c model file
-#define CHECKPOINT_VERSION_FP32 3
-#define CHECKPOINT_VERSION_BF16 5
-#define CHECKPOINT_HEADER_INTS 256   // the header: int32s, then the parameters
-
-typedef struct {
-    int max_seq_len;        // maxT, rows of wpe
-    int vocab_size;         // V
-    int padded_vocab_size;  // Vp (rows of wte; the padding rows stay zero)
-    int num_layers;         // L
-    int num_heads;          // NH
-    int channels;           // C
-} GPT2Config;
-
-// NULL when the config describes a model this program can hold, else what is wrong with it.
-// Checkpoint loading (gpt2.c) and import_hf, which writes checkpoints, both ask it.
-static inline const char *gpt2_config_problem(GPT2Config c) {
-    if (c.num_layers < 1 || c.num_layers > 1024) return "L must be in [1, 1024]";
-    if (c.num_heads < 1) return "NH must be at least 1";
-    if (c.channels < 1 || c.channels > 65536) return "C must be in [1, 65536]";
-    if (c.channels % c.num_heads != 0) return "C must be a multiple of NH";
-    if (c.max_seq_len < 1 || c.max_seq_len > (1 << 24)) return "maxT must be in [1, 16777216]";
-    if (c.vocab_size < 1) return "V must be at least 1";
-    if (c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 24)) return "Vp must be in [V, 16777216]";
-    return NULL;
-}
 
 // ----------------------------------------------------------------------------------------
-// The tensor tables. Each arena's tensors are listed once, here, as an X-macro; the struct
-// fields, the sizes, the pointers into the arena, the checkpoint order and the memory report
-// are all expanded from these lists (gpt2.c). A row of a layer (L, ...) is LAYER(...), one
-// tensor for all layers, whose layer l is a view (gpt2_layer_params, gpt2_layer_acts); any
-// other is ONE(...); an activation that recomputation may share between layers is
-// RECOMPUTED(...). Shapes are in element counts of the local names of the expanding function.
-
-// Parameters, in llm.c's checkpoint order (model files stay byte-compatible with llm.c), one
-// contiguous arena: X(name, elements [per layer], decay, init). decay: AdamW weight decay,
-// the 2-D weight matrices only. init (gpt2_init_random): N(0, 0.02); residual projections
-// N(0, 0.02/sqrt(2L)); the token embedding N(0, 0.02) on its real rows, its padding rows 0;
-// ones; zeros.
-#define GPT2_PARAMETERS(ONE, LAYER)                                                              \
-    ONE(wte,         Vp * C,     1, INIT_EMBEDDING)  /* (Vp, C) token embedding, tied LM head */ \
-    ONE(wpe,         maxT * C,   1, INIT_NORMAL)     /* (maxT, C) position embedding */          \
-    LAYER(ln1w,      C,          0, INIT_ONES)       /* (L, C) */                                \
-    LAYER(ln1b,      C,          0, INIT_ZEROS)      /* (L, C) */                                \
-    LAYER(qkvw,      3 * C * C,  1, INIT_NORMAL)     /* (L, 3C, C) */                            \
-    LAYER(qkvb,      3 * C,      0, INIT_ZEROS)      /* (L, 3C) */                               \
-    LAYER(attprojw,  C * C,      1, INIT_RESIDUAL)   /* (L, C, C) */                             \
-    LAYER(attprojb,  C,          0, INIT_ZEROS)      /* (L, C) */                                \
-    LAYER(ln2w,      C,          0, INIT_ONES)       /* (L, C) */                                \
-    LAYER(ln2b,      C,          0, INIT_ZEROS)      /* (L, C) */                                \
-    LAYER(fcw,       4 * C * C,  1, INIT_NORMAL)     /* (L, 4C, C) */                            \
-    LAYER(fcb,       4 * C,      0, INIT_ZEROS)      /* (L, 4C) */                               \
-    LAYER(fcprojw,   C * 4 * C,  1, INIT_RESIDUAL)   /* (L, C, 4C) */                            \
-    LAYER(fcprojb,   C,          0, INIT_ZEROS)      /* (L, C) */                                \
-    ONE(lnfw,        C,          0, INIT_ONES)       /* (C) */                                   \
-    ONE(lnfb,        C,          0, INIT_ZEROS)      /* (C) */
+// The tensor tables. Each arena's tensors are listed once, as an X-macro (the parameters,
+// GPT2_PARAMETERS, in checkpoint.h, since they are the model file's tensors in its order; the
+// activations here); the struct fields, the sizes, the pointers into the arena, the checkpoint
+// order and the memory report are all expanded from these lists (gpt2.c). A row of a layer
+// (L, ...) is LAYER(...), one tensor for all layers, whose layer l is a view
+// (gpt2_layer_params, gpt2_layer_acts); any other is ONE(...); an activation that
+// recomputation may share between layers is RECOMPUTED(...). Shapes are in element counts of
+// the local names of the expanding function.
 
 // Activations of one forward pass at batch B and length T (N = B*T), kept for backward, one
 // arena with every tensor on a 256-byte boundary: X(name, type, elements [per layer]).
@@ -116,7 +70,6 @@ static inline const char *gpt2_config_problem(GPT2Config c) {
 // the fields of an X-macro row, and the rows' indices
 #define GPT2_PARAM_FIELD(name, ...) floatX *name;
 #define GPT2_ACT_FIELD(name, type, ...) type *name;
-#define GPT2_PARAM_INDEX(name, ...) PARAM_##name,
 #define GPT2_ACT_INDEX(name, ...) ACT_##name,
 #define GPT2_NOTHING(...)
 
@@ -125,7 +78,6 @@ typedef struct { GPT2_PARAMETERS(GPT2_PARAM_FIELD, GPT2_PARAM_FIELD) } Parameter
 typedef struct { GPT2_PARAMETERS(GPT2_NOTHING, GPT2_PARAM_FIELD) } LayerParams;
 // layer l's parameters (or gradients) of a model of C channels: views into the tensors of t
 LayerParams gpt2_layer_params(const ParameterTensors *t, size_t C, int l);
-enum { GPT2_PARAMETERS(GPT2_PARAM_INDEX, GPT2_PARAM_INDEX) NUM_PARAMETER_TENSORS };
 
 typedef struct { GPT2_ACTIVATIONS(GPT2_ACT_FIELD, GPT2_ACT_FIELD, GPT2_ACT_FIELD) } ActivationTensors;
 typedef struct { GPT2_ACTIVATIONS(GPT2_NOTHING, GPT2_ACT_FIELD, GPT2_ACT_FIELD) } LayerActs;

@@ -1,4 +1,4 @@
-// data/safetensors.h: the two JSON files of a Hugging Face model, read for data/import_hf.c: the
+// data/safetensors.h: the two JSON files of a Hugging Face model, read for import_hf.c: the
 // header of a .safetensors file and config.json, whose JSON data/json.c reads. Both parsers
 // report what is wrong instead of ending the program (fail_with in utils.c), so
 // fuzz/fuzz_safetensors.c can feed them anything; a JSON error reads "at byte N: <problem>", N

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Whole-model parity with Hugging Face transformers' GPT2LMHeadModel (run on the GPU machine).
 
-One random GPT-2 (seeded) is exported to our checkpoint format (llm.c v3, fp32); our
+One random GPT-2 (seeded) is exported to our checkpoint format (llm.c v3, fp32; its layout
+from `PARITY_DUMP_BINARY --layout`, so that the format is spelled in checkpoint.h alone); our
 parity_dump binary and HF then compute, on the same batch: logits, the loss, every parameter
 gradient, and the losses of 10 AdamW steps. Prints the relative errors and exits non-zero
 when one is over its tolerance.
@@ -10,8 +11,8 @@ usage: hf_parity.py PARITY_DUMP_BINARY [--layers 12] [--B 4] [--T 64] [--tol-log
 """
 import argparse
 import copy
+import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -22,32 +23,44 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 V, VP = 50257, 50304
 
-# our parameter order (llm.c's), with the HF name pattern and whether HF's Conv1D stores it
-# transposed
-ORDER = [
-    ("wte", "transformer.wte.weight", False), ("wpe", "transformer.wpe.weight", False),
-    ("ln1w", "transformer.h.{}.ln_1.weight", False), ("ln1b", "transformer.h.{}.ln_1.bias", False),
-    ("qkvw", "transformer.h.{}.attn.c_attn.weight", True), ("qkvb", "transformer.h.{}.attn.c_attn.bias", False),
-    ("attprojw", "transformer.h.{}.attn.c_proj.weight", True), ("attprojb", "transformer.h.{}.attn.c_proj.bias", False),
-    ("ln2w", "transformer.h.{}.ln_2.weight", False), ("ln2b", "transformer.h.{}.ln_2.bias", False),
-    ("fcw", "transformer.h.{}.mlp.c_fc.weight", True), ("fcb", "transformer.h.{}.mlp.c_fc.bias", False),
-    ("fcprojw", "transformer.h.{}.mlp.c_proj.weight", True), ("fcprojb", "transformer.h.{}.mlp.c_proj.bias", False),
-    ("lnfw", "transformer.ln_f.weight", False), ("lnfb", "transformer.ln_f.bias", False),
-]
+
+def checkpoint_layout(binary):
+    """The model file's layout as the C side spells it (checkpoint.h, `parity_dump --layout`):
+    magic, versions, the header's fields in order, and every tensor in file order with its HF
+    name pattern ("{}" for the layer), whether it is per layer and whether HF's Conv1D stores
+    it transposed. Nothing of the format is spelled here."""
+    out = subprocess.run([binary, "--layout"], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
 
 
-def tensors_in_our_order(named, L):
+def write_checkpoint(path, layout, config, named, L):
+    """An fp32 model file (version_fp32) of config (a dict of the header's field names) with
+    the HF tensors in named; returns each tensor's number of values, in file order."""
+    header = np.zeros(layout["header_ints"], np.int32)
+    fields = dict(config, magic=layout["magic"], version=layout["version_fp32"])
+    header[: len(layout["header"])] = [fields[k] for k in layout["header"]]
+    sizes = []
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        for _, arr in tensors_in_our_order(layout, named, L):
+            f.write(arr.astype(np.float32).tobytes())
+            sizes.append(arr.size)
+    return sizes
+
+
+def tensors_in_our_order(layout, named, L):
     """Yields (our name, fp32 numpy array in our layout) from a dict of HF tensors."""
-    for ours, pattern, transposed in ORDER:
-        names = [pattern.format(l) for l in range(L)] if "{}" in pattern else [pattern]
+    for t in layout["tensors"]:
+        pattern = "transformer." + t["hf"]
+        names = [pattern.format(l) for l in range(L)] if t["per_layer"] else [pattern]
         parts = []
         for n in names:
-            t = named[n].detach().float().cpu()
-            parts.append((t.t() if transposed else t).contiguous().numpy())
-        arr = np.stack(parts) if len(parts) > 1 else parts[0]
-        if ours == "wte":
+            x = named[n].detach().float().cpu()
+            parts.append((x.t() if t["transposed"] else x).contiguous().numpy())
+        arr = np.stack(parts) if t["per_layer"] else parts[0]
+        if t["name"] == "wte":
             arr = np.concatenate([arr, np.zeros((VP - V, arr.shape[1]), np.float32)])
-        yield ours, arr
+        yield t["name"], arr
 
 
 def rel(a, b):
@@ -89,14 +102,9 @@ def main():
 
     tmp = tempfile.mkdtemp()
     ckpt = os.path.join(tmp, "model.bin")
-    with open(ckpt, "wb") as f:
-        header = np.zeros(256, np.int32)
-        header[:8] = [20240326, 3, 1024, V, L, L, 64 * L, VP]
-        f.write(header.tobytes())
-        sizes = []
-        for _, arr in tensors_in_our_order(named, L):
-            f.write(arr.astype(np.float32).tobytes())
-            sizes.append(arr.size)
+    layout = checkpoint_layout(args.binary)
+    sizes = write_checkpoint(ckpt, layout, {"maxT": 1024, "V": V, "L": L, "NH": L, "C": 64 * L, "Vp": VP},
+                             named, L)
     rng = np.random.default_rng(args.seed)
     tokens = rng.integers(0, V, size=B * T + 1).astype(np.int32)
     tok_path = os.path.join(tmp, "tokens.bin")
@@ -128,7 +136,7 @@ def main():
     report("logits (rel)", rel(o_logits, logits.detach().cpu().numpy()), args.tol_logits)
     report("loss (rel)", abs(float(o_loss) - loss.item()) / loss.item(), args.tol_loss)
     off = 0
-    for (name, ref), size in zip(tensors_in_our_order(h_grads, L), sizes):
+    for (name, ref), size in zip(tensors_in_our_order(layout, h_grads, L), sizes):
         report(f"grad {name} (rel)", rel(o_grads[off: off + size], ref), args.tol_grads)
         off += size
 

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../checkpoint.h"
 #include "cli.h"
 #include "test.h"
 
@@ -25,11 +26,14 @@
 
 // an llm.c fp32 model file (version 3) of the tiny config, random parameters
 static void write_tiny_model(const char *path, unsigned long long *rng) {
-    int header[256] = {20240326, 3, MAXT, V, L, 1, C, V};
-    size_t n = (size_t)V * C + (size_t)MAXT * C + (size_t)L * (12 * C * C + 13 * C) + 2 * C;
+    GPT2Config config = {.max_seq_len = MAXT, .vocab_size = V, .padded_vocab_size = V,
+                         .num_layers = L, .num_heads = 1, .channels = C};
+    int32_t header[CHECKPOINT_HEADER_INTS];
+    checkpoint_header_pack(header, config, CHECKPOINT_VERSION_FP32);
+    size_t n = checkpoint_num_parameters(config);
     FILE *f = fopen(path, "wb");
     if (!f) { printf("FAIL: cannot write %s\n", path); exit(1); }
-    fwrite(header, sizeof(int), 256, f);
+    fwrite(header, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f);
     for (size_t i = 0; i < n; i++) {
         float x = 0.05f * test_randf(rng);
         fwrite(&x, sizeof(float), 1, f);

@@ -192,13 +192,18 @@ static void test_checkpoint_round_trip(unsigned long long *rng) {
     gpt2_free(&b);
 
     // a v5 (bf16) file: the same parameters rounded to bf16
-    FILE *f = fopen(path, "r+b");
-    int header[256];
-    fread_or_die(header, sizeof(int), 256, f, path);
+    FILE *f = fopen(path, "rb");
+    int32_t header[CHECKPOINT_HEADER_INTS];
+    fread_or_die(header, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f, path);
     fclose(f);
-    header[1] = CHECKPOINT_VERSION_BF16;
+    CheckpointHeader h;
+    char err[256] = "";
+    CHECK(checkpoint_header_unpack(header, &h, err, sizeof(err)) == 0 && h.version == CHECKPOINT_VERSION_FP32 &&
+          memcmp(&h.config, &a.config, sizeof(GPT2Config)) == 0, "the saved header reads back as v3 of "
+          "the model's config (%s)", err);
+    checkpoint_header_pack(header, a.config, CHECKPOINT_VERSION_BF16);
     f = fopen(path, "wb");
-    fwrite(header, sizeof(int), 256, f);
+    fwrite(header, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f);
     float *rounded = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
@@ -231,8 +236,10 @@ static void report_allocated(void) {
 static void test_checkpoint_huge_header(void) {
     char path[] = "/tmp/test_model_huge_XXXXXX";
     int fd = mkstemp(path);
-    int header[512] = {CHECKPOINT_MAGIC, CHECKPOINT_VERSION_FP32, 1024, GPT2_VOCAB_SIZE,
-                       48, 48, 48 * 64, GPT2_PADDED_VOCAB_SIZE};   // then 1 KB of zeros
+    GPT2Config huge = {.max_seq_len = 1024, .vocab_size = GPT2_VOCAB_SIZE, .padded_vocab_size =
+                       GPT2_PADDED_VOCAB_SIZE, .num_layers = 48, .num_heads = 48, .channels = 48 * 64};
+    int32_t header[2 * CHECKPOINT_HEADER_INTS] = {0};   // the header, then 1 KB of zeros
+    checkpoint_header_pack(header, huge, CHECKPOINT_VERSION_FP32);
     CHECK(write(fd, header, sizeof(header)) == (ssize_t)sizeof(header), "huge-header file written");
     close(fd);
     int pipefd[2];
@@ -359,6 +366,45 @@ static void test_recompute(unsigned long long *rng) {
     for (int r = 0; r < RECOMPUTE_LEVELS; r++) gpt2_free(&m[r]);
 }
 
+// checkpoint.h's tables against each other: GPT-2 124M has its 124,475,904 parameters (with
+// wte's padding rows), the HF shapes of checkpoint_hf_tensors fill each tensor of the
+// parameter table exactly, and checkpoint_print_layout (what scripts/hf_parity.py reads from
+// parity_dump --layout) names every tensor in table order with its HF name
+static void test_checkpoint_layout(void) {
+    GPT2Config c;
+    gpt2_config_from_name(&c, "d12", 1024);
+    CHECK(checkpoint_num_parameters(c) == 124475904, "d12 has %zu parameters, expected 124475904",
+          checkpoint_num_parameters(c));
+    CHECK(checkpoint_file_bytes(c, CHECKPOINT_VERSION_BF16) == 1024 + 2 * 124475904ULL, "a v5 d12 file's size");
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    checkpoint_tensor_sizes(sizes, c);
+    size_t C = c.channels, L = c.num_layers;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    checkpoint_print_layout(f);
+    fclose(f);
+    const char *at = text;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const CheckpointHFTensor *t = &checkpoint_hf_tensors[i];
+        int layers = strstr(t->name, "%d") != NULL;
+        size_t rows = t->rows_c ? t->rows_c * C : i == PARAM_wte ? (size_t)c.padded_vocab_size
+                                                                 : (size_t)c.max_seq_len;
+        size_t hf = rows * (t->cols_c ? t->cols_c * C : 1) * (layers ? L : 1);
+        CHECK(hf == sizes[i], "%s: HF's shape holds %zu values, the parameter table %zu",
+              checkpoint_tensor_names[i], hf, sizes[i]);
+        char entry[160];
+        snprintf(entry, sizeof(entry), "{\"name\": \"%s\", \"hf\": \"", checkpoint_tensor_names[i]);
+        const char *found = strstr(at, entry);
+        CHECK(found != NULL, "the layout names %s after the tensors before it:\n%s", checkpoint_tensor_names[i], text);
+        if (found) at = found + strlen(entry);
+    }
+    CHECK(strstr(text, "\"hf\": \"h.{}.attn.c_attn.weight\", \"per_layer\": true, \"transposed\": true") &&
+          strstr(text, "\"magic\": 20240326, \"version_fp32\": 3, \"version_bf16\": 5"),
+          "the layout gives HF's names with Python's {} for the layer, magic and versions:\n%s", text);
+    free(text);
+}
+
 int main(void) {
     if (backend_init() != 0) return 1;
     unsigned long long rng = test_seed();
@@ -371,5 +417,6 @@ int main(void) {
     test_overfit_one_batch(&rng);
     test_checkpoint_round_trip(&rng);
     test_checkpoint_huge_header();
+    test_checkpoint_layout();
     return test_summary();
 }

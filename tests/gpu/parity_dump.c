@@ -6,11 +6,19 @@
 //   decay, clip 1.0).
 // usage: parity_dump model.bin tokens.bin B T steps out.bin
 // tokens.bin: B*T+1 int32 token ids (inputs are the first B*T, targets the last B*T).
+//        parity_dump --layout
+// prints the model file's layout as JSON (checkpoint.h: checkpoint_print_layout), from which
+// hf_parity.py writes its checkpoint: the header and the tensor order are spelled in C alone.
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../gpt2.h"
 
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--layout")) {
+        checkpoint_print_layout(stdout);
+        return 0;
+    }
     if (argc != 7) die("usage: parity_dump model.bin tokens.bin B T steps out.bin");
     if (backend_init() != 0) return 1;
     int B = (int)parse_long("B", argv[3], 1, 1 << 16), T = (int)parse_long("T", argv[4], 1, 1 << 20);

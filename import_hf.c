@@ -11,11 +11,12 @@
 //   https://huggingface.co/openai-community/gpt2-xl/resolve/main/model.safetensors       1558M
 //
 // The safetensors header and config.json are read and checked by data/safetensors.c (see
-// safetensors.h): a file that is not exactly what the format says is refused before anything
+// data/safetensors.h): a file that is not exactly what the format says is refused before anything
 // is written.
 //
-// The mapping. HF's names (with or without a "transformer." prefix; lm_head.weight, when
-// present, must equal wte: GPT-2 ties them) and our parameter tensors, in checkpoint order:
+// The mapping is checkpoint.h's table (checkpoint_hf_tensors): HF's names (with or without a
+// "transformer." prefix; lm_head.weight, when present, must equal wte: GPT-2 ties them) and our
+// parameter tensors, in checkpoint order:
 //   wte.weight (V, C)                 wte (Vp, C), rows V..Vp-1 zero (Vp: V rounded up to 128)
 //   wpe.weight (maxT, C)              wpe
 //   h.{l}.ln_1.weight / .bias         ln1w, ln1b (L, C)
@@ -36,15 +37,18 @@
 // checkpoint loading accepts (gpt2_config_problem). Every tensor of the file must find its
 // place, but the attention masks of older files. F32, F16 and BF16 tensors are read; every
 // value must be finite.
+//
+// It links checkpoint.c, utils.c and the parsers of data/ (safetensors.c, json.c, the ByteBuf
+// of tokenizer.c): no model, no backend, no PCRE2, so it builds and runs the same everywhere.
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../gpt2.h"
-#include "../utils.h"
-#include "safetensors.h"
+#include "checkpoint.h"
+#include "data/safetensors.h"
+#include "utils.h"
 
 // ----------------------------------------------------------------------------------------
 // the input
@@ -231,24 +235,41 @@ static void read_tensor(const SafeTensors *st, const TensorInfo *t, float *out, 
     }
 }
 
-// writes, for every layer l, the tensor h.{l}.<suffix> as (rows, cols), transposed or not
-static void put_layers(Writer *w, const SafeTensors *st, int L, const char *suffix, uint64_t hf0,
-                       uint64_t hf1, int transpose) {
-    size_t rows = transpose ? hf1 : hf0, cols = transpose ? hf0 : (hf1 ? hf1 : 1);
-    float *buf = writer_buffer(w, rows * cols);
-    for (int l = 0; l < L; l++) {
-        char name[128];
-        snprintf(name, sizeof(name), "h.%d.%s", l, suffix);
-        read_tensor(st, require(st, name, hf0, hf1), buf, rows, cols, transpose);
-        writer_put(w, buf, rows * cols);
-    }
+// HF's name of parameter tensor i (checkpoint.h: PARAM_*), of layer l where it is a layer's
+static void hf_name(char *out, size_t n, int i, int l) {
+    const char *pattern = checkpoint_hf_tensors[i].name;
+    if (strstr(pattern, "%d")) snprintf(out, n, pattern, l);
+    else snprintf(out, n, "%s", pattern);
+}
+static int per_layer(int i) { return strstr(checkpoint_hf_tensors[i].name, "%d") != NULL; }
+
+// HF's shape of parameter tensor i: (d0, d1), d1 = 0 for a vector
+static void hf_shape(int i, uint64_t C, uint64_t maxT, uint64_t V, uint64_t *d0, uint64_t *d1) {
+    const CheckpointHFTensor *t = &checkpoint_hf_tensors[i];
+    *d0 = t->rows_c ? (uint64_t)t->rows_c * C : i == PARAM_wte ? V : maxT;
+    *d1 = (uint64_t)t->cols_c * C;
 }
 
-static void put_tensor(Writer *w, const SafeTensors *st, const char *name, uint64_t d0, uint64_t d1) {
-    size_t rows = d0, cols = d1 ? d1 : 1;
-    float *buf = writer_buffer(w, rows * cols);
-    read_tensor(st, require(st, name, d0, d1), buf, rows, cols, 0);
-    writer_put(w, buf, rows * cols);
+// Writes parameter tensor i, every layer's where it is a layer's, in our layout: (d1, d0) when
+// HF stores it transposed, else (d0, d1); wte gets its Vp - V zero rows of padding. Returns
+// the values written.
+static size_t put_tensor(Writer *w, const SafeTensors *st, int i, int L, uint64_t C, uint64_t maxT,
+                         uint64_t V, uint64_t Vp) {
+    uint64_t d0, d1;
+    hf_shape(i, C, maxT, V, &d0, &d1);
+    int transpose = checkpoint_hf_tensors[i].transposed;
+    size_t rows = transpose ? d1 : d0, cols = transpose ? d0 : (d1 ? d1 : 1);
+    size_t padded = i == PARAM_wte ? (size_t)(Vp * C) : rows * cols;
+    float *buf = writer_buffer(w, padded);
+    memset(buf + rows * cols, 0, (padded - rows * cols) * sizeof(float));
+    int layers = per_layer(i) ? L : 1;
+    for (int l = 0; l < layers; l++) {
+        char name[128];
+        hf_name(name, sizeof(name), i, l);
+        read_tensor(st, require(st, name, d0, d1), buf, rows, cols, transpose);
+        writer_put(w, buf, padded);
+    }
+    return padded * (size_t)layers;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -291,22 +312,15 @@ static int known_heads(uint64_t C) {
 
 // every tensor the checkpoint needs, present with its shape, before anything is written
 static void check_tensors(const SafeTensors *st, int L, uint64_t C, uint64_t maxT, uint64_t V) {
-    static const struct { const char *suffix; int d0, d1; } block[] = {   // shapes in units of C
-        {"ln_1.weight", 1, 0}, {"ln_1.bias", 1, 0}, {"attn.c_attn.weight", 1, 3},
-        {"attn.c_attn.bias", 3, 0}, {"attn.c_proj.weight", 1, 1}, {"attn.c_proj.bias", 1, 0},
-        {"ln_2.weight", 1, 0}, {"ln_2.bias", 1, 0}, {"mlp.c_fc.weight", 1, 4},
-        {"mlp.c_fc.bias", 4, 0}, {"mlp.c_proj.weight", 4, 1}, {"mlp.c_proj.bias", 1, 0}};
-    require(st, "wte.weight", V, C);
-    require(st, "wpe.weight", maxT, C);
-    for (int l = 0; l < L; l++) {
-        for (size_t i = 0; i < sizeof(block) / sizeof(block[0]); i++) {
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        uint64_t d0, d1;
+        hf_shape(i, C, maxT, V, &d0, &d1);
+        for (int l = 0; l < (per_layer(i) ? L : 1); l++) {
             char name[128];
-            snprintf(name, sizeof(name), "h.%d.%s", l, block[i].suffix);
-            require(st, name, block[i].d0 * C, block[i].d1 * C);
+            hf_name(name, sizeof(name), i, l);
+            require(st, name, d0, d1);
         }
     }
-    require(st, "ln_f.weight", C, 0);
-    require(st, "ln_f.bias", C, 0);
 }
 
 // Every tensor of the file goes into the checkpoint, but the causal masks that older files
@@ -403,45 +417,27 @@ int main(int argc, char **argv) {
     }
     check_nothing_left(&st, L);
 
-    int header[CHECKPOINT_HEADER_INTS] = {0};
-    header[0] = CHECKPOINT_MAGIC;
-    header[1] = bf16 ? 5 : 3;
-    header[2] = (int)maxT;
-    header[3] = (int)V;
-    header[4] = L;
-    header[5] = heads;
-    header[6] = (int)C;
-    header[7] = (int)Vp;
+    int version = bf16 ? CHECKPOINT_VERSION_BF16 : CHECKPOINT_VERSION_FP32;
+    int32_t header[CHECKPOINT_HEADER_INTS];
+    checkpoint_header_pack(header, config, version);
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    checkpoint_tensor_sizes(sizes, config);
     Writer w = {.bf16 = bf16};
     atomic_open(&w.af, out);   // a value found not finite half way ends the program: its temporary goes too
     atomic_write(&w.af, header, sizeof(header));
-    float *buf = writer_buffer(&w, Vp * C);   // wte, then the zero rows of the padding
-    read_tensor(&st, require(&st, "wte.weight", V, C), buf, V, C, 0);
-    memset(buf + V * C, 0, (Vp - V) * C * sizeof(float));
-    writer_put(&w, buf, Vp * C);
-    put_tensor(&w, &st, "wpe.weight", maxT, C);
-    put_layers(&w, &st, L, "ln_1.weight", C, 0, 0);
-    put_layers(&w, &st, L, "ln_1.bias", C, 0, 0);
-    put_layers(&w, &st, L, "attn.c_attn.weight", C, 3 * C, 1);
-    put_layers(&w, &st, L, "attn.c_attn.bias", 3 * C, 0, 0);
-    put_layers(&w, &st, L, "attn.c_proj.weight", C, C, 1);
-    put_layers(&w, &st, L, "attn.c_proj.bias", C, 0, 0);
-    put_layers(&w, &st, L, "ln_2.weight", C, 0, 0);
-    put_layers(&w, &st, L, "ln_2.bias", C, 0, 0);
-    put_layers(&w, &st, L, "mlp.c_fc.weight", C, 4 * C, 1);
-    put_layers(&w, &st, L, "mlp.c_fc.bias", 4 * C, 0, 0);
-    put_layers(&w, &st, L, "mlp.c_proj.weight", 4 * C, C, 1);
-    put_layers(&w, &st, L, "mlp.c_proj.bias", C, 0, 0);
-    put_tensor(&w, &st, "ln_f.weight", C, 0);
-    put_tensor(&w, &st, "ln_f.bias", C, 0);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {   // checkpoint order
+        size_t n = put_tensor(&w, &st, i, L, C, maxT, V, Vp);
+        if (n != sizes[i])   // the HF table's shapes against the parameter table's sizes
+            die("internal error: %s took %zu values, the checkpoint's table says %zu",
+                checkpoint_tensor_names[i], n, sizes[i]);
+    }
     atomic_commit(&w.af);
     free(w.buf);
 
-    uint64_t params = Vp * C + maxT * C + (uint64_t)L * (12 * C * C + 13 * C) + 2 * C;
-    printf("wrote %s: version %d (%s), L=%d NH=%d C=%llu maxT=%llu V=%llu Vp=%llu, %llu parameters\n",
-           out, header[1], bf16 ? "bf16" : "fp32", L, heads, (unsigned long long)C,
+    printf("wrote %s: version %d (%s), L=%d NH=%d C=%llu maxT=%llu V=%llu Vp=%llu, %zu parameters\n",
+           out, version, bf16 ? "bf16" : "fp32", L, heads, (unsigned long long)C,
            (unsigned long long)maxT, (unsigned long long)V, (unsigned long long)Vp,
-           (unsigned long long)params);
+           checkpoint_num_parameters(config));
     safetensors_close(&st);
     return 0;
 }
