@@ -330,15 +330,19 @@ static void save_checkpoint(const Options *o, const GPT2 *model, const DataLoade
     char path[4096];
     model_path(path, sizeof(path), o->out_dir, step);
     if (writer) gpt2_save_checkpoint(model, path);
-    TrainState s = {{TRAIN_STATE_MAGIC, TRAIN_STATE_VERSION, step, o->B, o->T, global_micro,
-                     model->master_weights != NULL, 0},
-                    train->pos.epoch, train->pos.shard, train->pos.batch, rng,
-                    model->num_parameters};
+    TrainState s = {.step = step, .B = o->B, .T = o->T, .micro_batches = global_micro,
+                    .has_master = model->master_weights != NULL, .data_epoch = train->pos.epoch,
+                    .data_shard = train->pos.shard, .data_batch = train->pos.batch, .rng = rng,
+                    .num_parameters = model->num_parameters, .shuffle = o->shuffle, .seed = o->seed,
+                    .data_files = train->num_shards, .data_tokens = train->total_tokens,
+                    .data_hash = train->hash};
+    uint8_t header[TRAIN_STATE_HEADER_BYTES];
+    train_state_pack(&s, header);
     state_path(path, sizeof(path), o->out_dir, step);
     AtomicFile af;
     if (writer) {
         atomic_open(&af, path);
-        atomic_write(&af, &s, sizeof(s));
+        atomic_write(&af, header, sizeof(header));
     }
     gpt2_write_optimizer_state(model, writer ? &af : NULL);
     if (!writer) return;
@@ -375,19 +379,22 @@ static int resume_from(const Options *o, GPT2 *model, TrainState *s) {
     state_path(path, sizeof(path), o->out_dir, step);
     FILE *f = fopen_or_die(path, "rb");
     long size = file_size_or_die(f, path);
-    memset(s, 0, sizeof(*s));
-    if (size >= (long)sizeof(*s)) fread_or_die(s, sizeof(*s), 1, f, path);
+    uint8_t header[TRAIN_STATE_HEADER_BYTES];
+    size_t n = size < (long)sizeof(header) ? (size_t)size : sizeof(header);
+    fread_or_die(header, 1, n, f, path);
     char err[256];
-    if (train_state_check(s, (uint64_t)size, err, sizeof(err)) != 0) die("%s: %s", path, err);
+    if (train_state_unpack(header, n, (uint64_t)size, s, err, sizeof(err)) != 0) die("%s: %s", path, err);
     // one pass over the optimizer state before it is used: a corrupt value would otherwise
     // surface steps later as a diverged loss
+    long begin = (long)train_state_header_bytes(s->version);
+    if (fseek(f, begin, SEEK_SET) != 0) die("%s: cannot seek: %s", path, strerror(errno));
     if (train_state_check_values(s, f, err, sizeof(err)) != 0) die("%s: %s", path, err);
-    if (s->header[2] != step) die("%s: holds step %d, its name says %d", path, s->header[2], step);
-    if (s->num_parameters != model->num_parameters || s->header[6] != (model->master_weights != NULL))
+    if (s->step != step) die("%s: holds step %d, its name says %d", path, s->step, step);
+    if (s->num_parameters != model->num_parameters || s->has_master != (model->master_weights != NULL))
         die("%s: written for a model of %llu parameters%s; the checkpoint beside it has %zu%s",
-            path, (unsigned long long)s->num_parameters, s->header[6] ? " with master weights" : "",
+            path, (unsigned long long)s->num_parameters, s->has_master ? " with master weights" : "",
             model->num_parameters, model->master_weights ? " with master weights" : "");
-    if (fseek(f, (long)sizeof(*s), SEEK_SET) != 0) die("%s: cannot seek: %s", path, strerror(errno));
+    if (fseek(f, begin, SEEK_SET) != 0) die("%s: cannot seek: %s", path, strerror(errno));
     gpt2_read_optimizer_state(model, f, path);
     fclose(f);
     printf("resumed from %s/model_%08d.bin at step %d\n", o->out_dir, step, step);
@@ -416,13 +423,41 @@ static void check_resumed_model(const Options *o, const GPT2 *model) {
             want.vocab_size, o->init);
 }
 
-// the shapes a training state was written with must be these flags' (checked once the data
-// loader knows the micro-batches of a step)
-static void check_state_shapes(const Options *o, const TrainState *s, int global_micro) {
-    if (s->header[3] != o->B || s->header[4] != o->T || s->header[5] != global_micro)
+// A resumed run must read the batches that the run would have read next: the shapes its
+// training state was written with must be these flags' (checked once the data loader knows
+// the micro-batches of a step), and so must the data order: the same training tokens (files,
+// count and hash), --shuffle, and with it --seed, whose permutations it draws. Version 1 files
+// do not record the order; it is passed over with a note.
+static void check_resumed_state(const Options *o, const TrainState *s, int global_micro,
+                                const DataLoader *train) {
+    if (s->B != o->B || s->T != o->T || s->micro_batches != global_micro)
         die("%s/state_%08d.bin: was written with -b %d -t %d and %d micro-batches per step (all "
             "ranks); these flags say -b %d -t %d and %d: resume with the same -b, -t and -d",
-            o->out_dir, s->header[2], s->header[3], s->header[4], s->header[5], o->B, o->T, global_micro);
+            o->out_dir, s->step, s->B, s->T, s->micro_batches, o->B, o->T, global_micro);
+    if (s->version < 2) {
+        printf("note: %s/state_%08d.bin is a version %d training state, which does not record the "
+               "training data or --shuffle: resuming without checking them\n", o->out_dir, s->step,
+               s->version);
+        return;
+    }
+    if (s->data_files != train->num_shards || s->data_tokens != train->total_tokens ||
+        s->data_hash != train->hash)
+        die("%s/state_%08d.bin: the run was trained on %d file(s) of %llu tokens (token hash "
+            "%016llx), and -i %s is %d file(s) of %llu tokens (token hash %016llx): its next batches "
+            "would not be the run's; resume with the same training files, or start a new run into "
+            "another -o", o->out_dir, s->step, s->data_files, (unsigned long long)s->data_tokens,
+            (unsigned long long)s->data_hash, o->train_pattern, train->num_shards,
+            (unsigned long long)train->total_tokens, (unsigned long long)train->hash);
+    if (s->shuffle != o->shuffle)
+        die("%s/state_%08d.bin: the run was trained %s --shuffle, and these flags %s it: the order "
+            "of its next batches would change; resume with%s --shuffle", o->out_dir, s->step,
+            s->shuffle ? "with" : "without", o->shuffle ? "give" : "do not give",
+            s->shuffle ? "" : "out");
+    if (s->shuffle && s->seed != o->seed)
+        die("%s/state_%08d.bin: the run shuffled its batches with --seed %llu, and these flags say "
+            "--seed %llu: the order of its next batches would change; resume with --seed %llu",
+            o->out_dir, s->step, (unsigned long long)s->seed, (unsigned long long)o->seed,
+            (unsigned long long)s->seed);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -762,7 +797,7 @@ int main(int argc, char **argv) {
     if (max_steps < 1) max_steps = 1;   // an epoch shorter than one step: one step
     uint64_t rng = sampler_seed(o.seed, 0);   // the samples' random stream
     if (o.resume) {
-        check_state_shapes(&o, &state, global_micro);
+        check_resumed_state(&o, &state, global_micro, &train);
         if (max_steps <= start_step)
             die("flag -x: the checkpoint in %s is already at step %d, so -x %d trains nothing; give "
                 "the total number of steps, more than %d", o.out_dir, start_step, max_steps, start_step);

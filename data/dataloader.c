@@ -40,13 +40,18 @@ static size_t read_token_header(FILE *f, const char *path) {
     return ntokens;
 }
 
-// every token of an open file (just past its header) below vocab_size
-static void check_tokens(FILE *f, const char *path, size_t ntokens, int vocab_size, const char *what) {
+// every token of an open file (just past its header) below vocab_size; each goes into *hash
+// (FNV-1a, 64 bits, one token at a time), in the order of the file
+static void check_tokens(FILE *f, const char *path, size_t ntokens, int vocab_size, const char *what,
+                         uint64_t *hash) {
     enum { CHUNK = 1 << 16 };
     uint16_t chunk[CHUNK];
     for (size_t first = 0; first < ntokens; first += CHUNK) {
         size_t n = ntokens - first < CHUNK ? ntokens - first : CHUNK;
         fread_or_die(chunk, sizeof(uint16_t), n, f, path);
+        uint64_t h = *hash;
+        for (size_t i = 0; i < n; i++) h = (h ^ chunk[i]) * 0x100000001B3ULL;
+        *hash = h;
         uint16_t worst = 0;   // a branch-free pass first: most chunks are clean
         for (size_t i = 0; i < n; i++) worst = chunk[i] > worst ? chunk[i] : worst;
         if (worst < vocab_size) continue;
@@ -68,6 +73,7 @@ void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuf
     dl->rank = 0;
     dl->world = 1;
     dl->open_shard = -1;
+    dl->hash = 0xCBF29CE484222325ULL;   // FNV-1a's offset basis
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
     if (rc == GLOB_NOMATCH) die("no %s token file matches '%s'", what, pattern);
@@ -84,7 +90,7 @@ void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuf
         if (dl->shard_tokens[i] < need)
             die("%s (%s file): %zu tokens, fewer than one batch needs (B*T+1 = %d*%d+1 = %zu); use a "
                 "smaller -b or -t", dl->paths[i], what, dl->shard_tokens[i], B, T, need);
-        check_tokens(f, dl->paths[i], dl->shard_tokens[i], vocab_size, what);
+        check_tokens(f, dl->paths[i], dl->shard_tokens[i], vocab_size, what, &dl->hash);
         fclose(f);
         dl->total_tokens += dl->shard_tokens[i];
     }

@@ -37,6 +37,8 @@ typedef struct {
     size_t *shard_tokens;     // number of tokens in each shard
     int num_shards;
     size_t total_tokens;
+    uint64_t hash;            // FNV-1a (64 bits) of every token, shard after shard in path order:
+                              // what a resumed run checks that its data is the run's
     DataPosition pos;
     // the shard that is open
     FILE *file;
@@ -49,10 +51,10 @@ typedef struct {
 } DataLoader;
 
 // Opens every file matching pattern and validates its header, its size and its tokens (one
-// pass over each file: every id below vocab_size). Dies with a message naming the file (and
-// `what` it is for, e.g. "training") when one is missing, has a wrong magic or version, is
-// truncated, holds fewer than B*T+1 tokens, or holds an id outside the vocabulary (with its
-// position).
+// pass over each file: every id below vocab_size; the same pass makes dl->hash). Dies with a
+// message naming the file (and `what` it is for, e.g. "training") when one is missing, has a
+// wrong magic or version, is truncated, holds fewer than B*T+1 tokens, or holds an id outside
+// the vocabulary (with its position).
 void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuffle, uint64_t seed,
                      int vocab_size, const char *what);
 // Fills dl->inputs and dl->targets with the next batch, moving to the next shard (and epoch)

@@ -100,9 +100,16 @@ put("safetensors", "config_gpt2", json.dumps({
     "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
     "vocab_size": 50257, "n_inner": None}, indent=2).encode())
 
-# training state: header (8 int32, 3 int64 data position, uint64 rng, uint64 parameters), then
-# first moments, second moments, and master weights when header[6] is 1
+# training state (train_state.h): version 1's header (8 int32, 3 int64 data position, uint64
+# rng, uint64 parameters), then first moments, second moments, and master weights when
+# header[6] is 1; version 2 adds, after the same 72 bytes with header[7] the shuffle flag, the
+# seed, the training tokens, their hash (uint64 each), the training files and a zero (int32)
 for name, master, params in (("fp32", 0, 4), ("bf16_master", 1, 3)):
     hdr = struct.pack("<8i3qQQ", 20241129, 1, 7, 2, 16, 3, master, 0, 1, 0, 5, 12345, params)
+    values = [0.01 * i for i in range(params)] * (2 + master)
+    put("train_state", name, hdr + struct.pack("<%df" % len(values), *values))
+for name, master, shuffle, params in (("v2_fp32", 0, 0, 4), ("v2_bf16_master_shuffled", 1, 1, 3)):
+    hdr = struct.pack("<8i3qQQ3Q2i", 20241129, 2, 7, 2, 16, 3, master, shuffle, 1, 0, 5, 12345, params,
+                      1337, 305260, 0x9E3779B97F4A7C15, 1, 0)
     values = [0.01 * i for i in range(params)] * (2 + master)
     put("train_state", name, hdr + struct.pack("<%df" % len(values), *values))

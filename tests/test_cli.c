@@ -504,10 +504,10 @@ static void test_bad_state(void) {
     int rc = run("%s " RUN " -x 2 -o %s/st", bin, dir, dir);
     CHECK(rc == 0, "a run to corrupt:\n%s", output);
     struct { const char *what, *poke, *message; } cases[] = {
-        {"NaN in a first moment", "printf '\\000\\000\\300\\177' | dd of=F bs=1 seek=72 conv=notrunc",
-         "the file is corrupt: value 0 of the AdamW first moments (byte 72) is nan"},
-        {"a negative second moment", "N=$(( ( $(stat -c %s F) - 72 ) / 2 )); "   // 2 arrays: fp32 has no master weights
-         "printf '\\000\\000\\200\\277' | dd of=F bs=1 seek=$((72 + N)) conv=notrunc",
+        {"NaN in a first moment", "printf '\\000\\000\\300\\177' | dd of=F bs=1 seek=104 conv=notrunc",
+         "the file is corrupt: value 0 of the AdamW first moments (byte 104) is nan"},
+        {"a negative second moment", "N=$(( ( $(stat -c %s F) - 104 ) / 2 )); "   // 2 arrays: fp32 has no master weights
+         "printf '\\000\\000\\200\\277' | dd of=F bs=1 seek=$((104 + N)) conv=notrunc",
          "value 0 of the AdamW second moments"},
         {"bad magic", "printf 'XXXX' | dd of=F bs=1 seek=0 conv=notrunc", "not a training-state file (magic"},
         {"a step of 0", "printf '\\000' | dd of=F bs=1 seek=8 conv=notrunc", "corrupt header (step 0"},
@@ -515,7 +515,11 @@ static void test_bad_state(void) {
          "corrupt data position (epoch -1"},
         {"truncated", "truncate -s -4 F", "truncated:"},
         {"bytes past the end", "printf 'x' >> F", "1 unexpected bytes after the optimizer state"},
-        {"shorter than its header", "truncate -s 40 F", "shorter than the 72-byte header"},
+        {"shorter than its header", "truncate -s 40 F", "shorter than the 104-byte header of a version 2"},
+        {"a version to come", "printf '\\003' | dd of=F bs=1 seek=4 conv=notrunc",
+         "unsupported training-state version 3 (this program reads 1 and 2)"},
+        {"a shuffle flag of 2", "printf '\\002' | dd of=F bs=1 seek=28 conv=notrunc", "master weights 0, shuffle 2)"},
+        {"no training files", "printf '\\000' | dd of=F bs=1 seek=96 conv=notrunc", "corrupt header (0 training files"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char folder[400], cmd[2000];
@@ -537,6 +541,46 @@ static void test_bad_state(void) {
     }
 }
 
+// A resumed run reads the batches the run would have read next, or none: another training
+// file (the same size, other tokens), another --shuffle or another --seed with --shuffle is
+// refused naming both, and leaves the checkpoint and log.csv as they were. A version 1 state
+// file (older runs: no data order recorded) still resumes, with a note.
+static void test_resume_data_order(unsigned long long *rng) {
+    int rc = run("%s " RUN " -x 2 --shuffle --seed 7 -o %s/order", bin, dir, dir);
+    CHECK(rc == 0, "a shuffled run to resume:\n%s", output);
+    run("cp %s/order/state_00000002.bin %s/order/log.csv %s/order/model_00000002.bin %s/ &&"
+        " mkdir -p %s/orderv1 && cp %s/order/model_00000002.bin %s/orderv1/", dir, dir, dir, dir, dir, dir, dir);
+    char p[512];
+    snprintf(p, sizeof(p), "%s/other.bin", dir);
+    write_token_file(p, 3000, 20240520, 1, 3000, rng);   // as train.bin's size, other tokens
+    rc = run("%s -i %s/other.bin -v 0 -s 0 " TINY " -x 4 --shuffle --seed 7 -o %s/order -y 1", bin, dir, dir);
+    CHECK(rc == 1 && strstr(output, "state_00000002.bin: the run was trained on 1 file(s) of 3000 tokens") &&
+          strstr(output, "other.bin is 1 file(s) of 3000 tokens") && strstr(output, "same training files"),
+          "resuming on another training file is refused, naming both:\n%s", output);
+    rc = run("%s " RUN " -x 4 -o %s/order -y 1", bin, dir, dir);
+    CHECK(rc == 1 && strstr(output, "the run was trained with --shuffle, and these flags do not give it"),
+          "resuming without --shuffle is refused:\n%s", output);
+    rc = run("%s " RUN " -x 4 --shuffle --seed 8 -o %s/order -y 1", bin, dir, dir);
+    CHECK(rc == 1 && strstr(output, "shuffled its batches with --seed 7, and these flags say --seed 8"),
+          "resuming with another --seed is refused, naming both:\n%s", output);
+    const char *kept[] = {"state_00000002.bin", "log.csv", "model_00000002.bin"};
+    for (int i = 0; i < 3; i++) {
+        char a[512], b[512];
+        snprintf(a, sizeof(a), "%s/order/%s", dir, kept[i]);
+        snprintf(b, sizeof(b), "%s/%s", dir, kept[i]);
+        CHECK(files_equal(a, b), "the refused resumes left %s as it was", kept[i]);
+    }
+    rc = run("%s " RUN " -x 3 --shuffle --seed 7 -o %s/order -y 1", bin, dir, dir);
+    CHECK(rc == 0 && strstr(output, "resumed from"), "the same flags resume:\n%s", output);
+    // the same state as version 1: the 72 bytes it had (version 1, [28] reserved 0), then the arrays
+    run("F=%s/state_00000002.bin; { head -c 4 $F; printf '\\001\\000\\000\\000'; tail -c +9 $F | head -c 20;"
+             " printf '\\000\\000\\000\\000'; tail -c +33 $F | head -c 40; tail -c +105 $F; }"
+             " > %s/orderv1/state_00000002.bin", dir, dir);
+    rc = run("%s " RUN " -x 3 -o %s/orderv1 -y 1", bin, dir, dir);
+    CHECK(rc == 0 && strstr(output, "resumed from") && strstr(output, "is a version 1 training state"),
+          "a version 1 state file resumes, with a note that the data order is not checked:\n%s", output);
+}
+
 int main(void) {
     if (cli_init("train_gpt2", "test_cli") != 0) return 1;
     unsigned long long rng = test_seed();
@@ -544,6 +588,7 @@ int main(void) {
     test_full_run();
     test_mfu();
     test_resume_bit_exact();
+    test_resume_data_order(&rng);
     test_bad_inputs(&rng);
     test_recompute();
     test_out_of_memory(&rng);
