@@ -722,239 +722,295 @@ static double flops_per_token(const GPT2 *model, int T) {
     return 6.0 * (double)model->num_parameters + 6.0 * c->num_layers * c->channels * (double)T;
 }
 
-int main(int argc, char **argv) {
-    Options o = parse_options(argc, argv);
-    catch_stop_signals();
-    // the other ranks first (on CUDA this also picks this process's GPU), then the backend
-    CommConfig comm = {.rank = o.rank, .world = o.world, .local_rank = o.local_rank,
-                       .dir = o.comm_dir, .timeout_s = o.comm_timeout,
-                       .force = strcmp(o.comm, "auto") != 0};
-    comm_init(&comm);
+// ----------------------------------------------------------------------------------------
+// the run: set-up, the table, the step, the summary. main reads as their sequence.
+
+typedef struct {
+    GPT2 model;
+    DataLoader train, val;
+    int have_val;                   // -v > 0
+    Tokenizer tokenizer;
+    const Tokenizer *tok;           // &tokenizer, or NULL when there is no tokenizer file
+    CommConfig comm;
+    int start_step, max_steps;      // the loop runs steps start_step .. max_steps
+    int global_micro;               // micro-batches per step, all ranks
+    int grad_accum;                 // micro-batches per step, this rank
+    long batches_per_epoch;
+    uint64_t rng;                   // the samples' random stream
+    double peak_flops;              // the MFU's peak (0: none known), from peak_source
+    const char *peak_source;
+    double step_flops;              // one step's FLOPs on this rank
+    Log log;
+    // the loop's record, for the summary
+    double total_ms;                // of the steps after the first (which warms up)
+    int timed_steps, steps_done, interrupted;
+    float last_train_loss, last_val_loss;
+} Run;
+
+// The other ranks first (on CUDA this also picks this process's GPU), then the backend and
+// the attention's summation order; rank 0 alone prints, the others' errors still reach stderr.
+static void start_backend(const Options *o, Run *r) {
+    r->comm = (CommConfig){.rank = o->rank, .world = o->world, .local_rank = o->local_rank,
+                           .dir = o->comm_dir, .timeout_s = o->comm_timeout,
+                           .force = strcmp(o->comm, "auto") != 0};
+    comm_init(&r->comm);
     if (backend_init() != 0) die("the %s backend could not start (see above)", backend_name());
-    if (attention_set_deterministic(o.deterministic) < o.deterministic)
+    if (attention_set_deterministic(o->deterministic) < o->deterministic)
         die("flag --deterministic: %s attention's backward on this device sums dQ with atomics, in "
             "no fixed order; build with ATTENTION=naive, or train on a Hopper GPU (H100, H200)",
             attention_name);
-    // rank 0 alone prints; the others' errors still reach stderr
-    if (o.rank != 0 && !freopen("/dev/null", "w", stdout)) die("rank %d: cannot silence its output", o.rank);
+    if (o->rank != 0 && !freopen("/dev/null", "w", stdout)) die("rank %d: cannot silence its output", o->rank);
+}
 
-    // the output folder first: what a kill -9 left behind goes, and a new run does not mix
-    // with another one (checked before anything slow)
-    if (o.out_dir && o.rank == 0) {
-        make_dir(o.out_dir);
-        lock_output_folder(o.out_dir);
-        int stale = atomic_remove_stale(o.out_dir);
-        if (stale) printf("removed %d temporary file(s) that an interrupted write left in %s\n", stale, o.out_dir);
-        if (!o.resume && !o.overwrite) previous_run_files(o.out_dir, 0);
-    }
+// The output folder first: what a kill -9 left behind goes, and a new run does not mix with
+// another one (checked before anything slow).
+static void claim_output_folder(const Options *o) {
+    if (!o->out_dir || o->rank != 0) return;
+    make_dir(o->out_dir);
+    lock_output_folder(o->out_dir);
+    int stale = atomic_remove_stale(o->out_dir);
+    if (stale) printf("removed %d temporary file(s) that an interrupted write left in %s\n", stale, o->out_dir);
+    if (!o->resume && !o->overwrite) previous_run_files(o->out_dir, 0);
+}
 
-    // model
-    GPT2 model;
-    TrainState state;
-    int start_step = 0;
-    if (o.resume) {
-        start_step = resume_from(&o, &model, &state);
-        check_resumed_model(&o, &model);
+// The model: resumed from -o's latest checkpoint (its training state into *state), a new dN,
+// or a checkpoint file given with -e.
+static void build_model(const Options *o, Run *r, TrainState *state) {
+    GPT2 *model = &r->model;
+    if (o->resume) {
+        r->start_step = resume_from(o, model, state);
+        check_resumed_model(o, model);
     } else {
         GPT2Config config;
-        int max_seq_len = o.max_seq_len ? o.max_seq_len : (o.T > 1024 ? o.T : 1024);
-        if (gpt2_config_from_name(&config, o.init, max_seq_len) == 0) {
-            gpt2_init_random(&model, config, o.seed);
+        int max_seq_len = o->max_seq_len ? o->max_seq_len : (o->T > 1024 ? o->T : 1024);
+        if (gpt2_config_from_name(&config, o->init, max_seq_len) == 0) {
+            gpt2_init_random(model, config, o->seed);
         } else {
             int depth, consumed = 0;
-            if (!file_exists(o.init) && sscanf(o.init, "d%d%n", &depth, &consumed) == 1 &&
-                o.init[consumed] == '\0')
+            if (!file_exists(o->init) && sscanf(o->init, "d%d%n", &depth, &consumed) == 1 &&
+                o->init[consumed] == '\0')
                 die("flag -e %s: a new model is dN with N from 1 to 256 layers (d12: GPT-2 124M), "
-                    "and no checkpoint file is called %s", o.init, o.init);
-            if (o.max_seq_len) die("flag --max-seq-len applies to new models only, not to %s", o.init);
-            gpt2_load_checkpoint(&model, o.init);
+                    "and no checkpoint file is called %s", o->init, o->init);
+            if (o->max_seq_len) die("flag --max-seq-len applies to new models only, not to %s", o->init);
+            gpt2_load_checkpoint(model, o->init);
         }
     }
-    if (o.T > model.config.max_seq_len)
-        die("flag -t %d is longer than the model's max_seq_len %d (from %s)", o.T,
-            model.config.max_seq_len, o.resume ? o.out_dir : o.init);
+    if (o->T > model->config.max_seq_len)
+        die("flag -t %d is longer than the model's max_seq_len %d (from %s)", o->T,
+            model->config.max_seq_len, o->resume ? o->out_dir : o->init);
+}
 
-    // data: every token file is checked against the model's vocabulary as it is opened
-    DataLoader train, val;
-    int V = model.config.vocab_size;
-    dataloader_init(&train, o.train_pattern, o.B, o.T, o.shuffle, o.seed, V, "training");
-    dataloader_set_rank(&train, o.rank, o.world);
-    int have_val = o.val_every > 0;
-    if (have_val) {
-        dataloader_init(&val, o.val_pattern, o.B, o.T, 0, o.seed, V, "validation");
-        dataloader_set_rank(&val, o.rank, o.world);
+// The data: every token file is checked against the model's vocabulary as it is opened. Then
+// the steps (-x, or one epoch), and for a resumed run its training state's checks, its data
+// position and its sampling stream.
+static void open_data(const Options *o, Run *r, const TrainState *state) {
+    int V = r->model.config.vocab_size;
+    dataloader_init(&r->train, o->train_pattern, o->B, o->T, o->shuffle, o->seed, V, "training");
+    dataloader_set_rank(&r->train, o->rank, o->world);
+    r->have_val = o->val_every > 0;
+    if (r->have_val) {
+        dataloader_init(&r->val, o->val_pattern, o->B, o->T, 0, o->seed, V, "validation");
+        dataloader_set_rank(&r->val, o->rank, o->world);
     }
-    int global_micro = (int)(o.total_batch / ((long)o.B * o.T));   // per step, all ranks
-    int grad_accum = global_micro / o.world;                        // per step, this rank
-    long batches_per_epoch = 0;
-    for (int i = 0; i < train.num_shards; i++)
-        batches_per_epoch += (long)((train.shard_tokens[i] - 1) / ((size_t)o.B * o.T));
-    long epoch_steps = batches_per_epoch / global_micro;
-    if (o.max_steps < 0 && epoch_steps >= 1 << 30)
+    r->global_micro = (int)(o->total_batch / ((long)o->B * o->T));
+    r->grad_accum = r->global_micro / o->world;
+    for (int i = 0; i < r->train.num_shards; i++)
+        r->batches_per_epoch += (long)((r->train.shard_tokens[i] - 1) / ((size_t)o->B * o->T));
+    long epoch_steps = r->batches_per_epoch / r->global_micro;
+    if (o->max_steps < 0 && epoch_steps >= 1 << 30)
         die("one epoch of %s is %ld steps, more than %d: give the number of steps with -x",
-            o.train_pattern, epoch_steps, 1 << 30);
-    int max_steps = o.max_steps >= 0 ? o.max_steps : (int)epoch_steps;
-    if (max_steps < 1) max_steps = 1;   // an epoch shorter than one step: one step
-    uint64_t rng = sampler_seed(o.seed, 0);   // the samples' random stream
-    if (o.resume) {
-        check_resumed_state(&o, &state, global_micro, &train);
-        if (max_steps <= start_step)
-            die("flag -x: the checkpoint in %s is already at step %d, so -x %d trains nothing; give "
-                "the total number of steps, more than %d", o.out_dir, start_step, max_steps, start_step);
-        DataPosition pos = {state.data_epoch, state.data_shard, state.data_batch};
-        dataloader_seek(&train, pos);
-        rng = state.rng;
-    }
-    if (o.overwrite && o.rank == 0) {
-        int removed = previous_run_files(o.out_dir, 1);
-        if (removed) printf("--overwrite: deleted %d file(s) of the earlier run in %s\n", removed, o.out_dir);
-    }
-    gpt2_set_recompute(&model, o.recompute);
-    allocate_activations(&o, &model);
+            o->train_pattern, epoch_steps, 1 << 30);
+    r->max_steps = o->max_steps >= 0 ? o->max_steps : (int)epoch_steps;
+    if (r->max_steps < 1) r->max_steps = 1;   // an epoch shorter than one step: one step
+    r->rng = sampler_seed(o->seed, 0);
+    if (!o->resume) return;
+    check_resumed_state(o, state, r->global_micro, &r->train);
+    if (r->max_steps <= r->start_step)
+        die("flag -x: the checkpoint in %s is already at step %d, so -x %d trains nothing; give "
+            "the total number of steps, more than %d", o->out_dir, r->start_step, r->max_steps, r->start_step);
+    DataPosition pos = {state->data_epoch, state->data_shard, state->data_batch};
+    dataloader_seek(&r->train, pos);
+    r->rng = state->rng;
+}
 
-    Tokenizer tokenizer;
-    const Tokenizer *tok = NULL;
-    if (file_exists(o.tokenizer_path)) {
-        tokenizer_load(&tokenizer, o.tokenizer_path);
-        tok = &tokenizer;
+static void load_tokenizer(const Options *o, Run *r) {
+    r->tok = NULL;
+    if (file_exists(o->tokenizer_path)) {
+        tokenizer_load(&r->tokenizer, o->tokenizer_path);
+        r->tok = &r->tokenizer;
     } else {
         printf("note: no tokenizer file at %s (run `make data`); samples print token ids\n",
-               o.tokenizer_path);
+               o->tokenizer_path);
     }
+}
 
+// the table of what this run is: backend, model, data, batch, schedule, MFU, checkpoints
+static void print_run_table(const Options *o, Run *r) {
+    const GPT2 *model = &r->model;
     char desc[256];
     backend_describe(desc, sizeof(desc));
     printf("+-------------------+----------------------------------------------------+\n");
     printf("| backend           | %s, %s, attention=%s%s\n", backend_name(), FLOATX_NAME, attention_name,
            attention_deterministic() ? ", deterministic" : "");
     printf("| device            | %s\n", desc);
-    printf("| init              | %s%s\n", o.resume ? o.out_dir : o.init, o.resume ? " (resumed)" : "");
-    gpt2_print_config(&model);
-    printf("| train data        | %s: %d file(s), %zu tokens, %ld batches/epoch\n", o.train_pattern,
-           train.num_shards, train.total_tokens, batches_per_epoch);
-    if (have_val) printf("| val data          | %s: %zu tokens\n", o.val_pattern, val.total_tokens);
-    if (o.world > 1 || comm.force)
-        printf("| data parallel     | %d ranks (%s, rendezvous in %s), ZeRO-1\n", o.world,
-               comm_transport(), o.comm_dir);
-    printf("| batch             | B=%d T=%d, %d micro-steps%s: %ld tokens/step\n", o.B, o.T, grad_accum,
-           o.world > 1 ? " on each rank" : "", o.total_batch);
+    printf("| init              | %s%s\n", o->resume ? o->out_dir : o->init, o->resume ? " (resumed)" : "");
+    gpt2_print_config(model);
+    printf("| train data        | %s: %d file(s), %zu tokens, %ld batches/epoch\n", o->train_pattern,
+           r->train.num_shards, r->train.total_tokens, r->batches_per_epoch);
+    if (r->have_val) printf("| val data          | %s: %zu tokens\n", o->val_pattern, r->val.total_tokens);
+    if (o->world > 1 || r->comm.force)
+        printf("| data parallel     | %d ranks (%s, rendezvous in %s), ZeRO-1\n", o->world,
+               comm_transport(), o->comm_dir);
+    printf("| batch             | B=%d T=%d, %d micro-steps%s: %ld tokens/step\n", o->B, o->T, r->grad_accum,
+           o->world > 1 ? " on each rank" : "", o->total_batch);
     char act_bytes[32];
     format_bytes(act_bytes, sizeof(act_bytes),
-                 (double)gpt2_activation_bytes(model.config, o.B, o.T, o.recompute));
-    printf("| recompute         | -r %d (%s): activations %s\n", o.recompute,
-           gpt2_recompute_names[o.recompute], act_bytes);
-    printf("| steps             | %d (from %d)\n", max_steps, start_step);
+                 (double)gpt2_activation_bytes(model->config, o->B, o->T, o->recompute));
+    printf("| recompute         | -r %d (%s): activations %s\n", o->recompute,
+           gpt2_recompute_names[o->recompute], act_bytes);
+    printf("| steps             | %d (from %d)\n", r->max_steps, r->start_step);
     printf("| learning rate     | %.2e, warmup %d, final fraction %.3f, weight decay %.3f, clip %.2f\n",
-           o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.max_grad_norm);
-    printf("| seed              | %llu%s\n", (unsigned long long)o.seed, o.shuffle ? ", shuffled" : "");
-    const char *peak_source = "--peak-tflops";
-    double peak_flops = o.peak_tflops > 0.0 ? o.peak_tflops * 1e12 : device_peak_flops(&peak_source);
+           o->lr, o->warmup, o->final_lr_frac, o->weight_decay, o->max_grad_norm);
+    printf("| seed              | %llu%s\n", (unsigned long long)o->seed, o->shuffle ? ", shuffled" : "");
+    r->peak_source = "--peak-tflops";
+    r->peak_flops = o->peak_tflops > 0.0 ? o->peak_tflops * 1e12 : device_peak_flops(&r->peak_source);
     // the peak is one device's; with several ranks each does 1/world of the step's tokens
-    double step_flops = flops_per_token(&model, o.T) * (double)o.total_batch / o.world;
-    if (peak_flops > 0.0)
+    r->step_flops = flops_per_token(model, o->T) * (double)o->total_batch / o->world;
+    if (r->peak_flops > 0.0)
         printf("| MFU               | 6N + 6LCT = %.3g FLOP/token (llm.c's count), against %.4g TFLOP/s (%s)%s\n",
-               flops_per_token(&model, o.T), peak_flops / 1e12, peak_source, o.world > 1 ? " per GPU" : "");
+               flops_per_token(model, o->T), r->peak_flops / 1e12, r->peak_source, o->world > 1 ? " per GPU" : "");
     else
         printf("| MFU               | not shown: no peak rate known for this device (give one with --peak-tflops)\n");
-    if (o.out_dir) {
-        double model_bytes = (double)gpt2_checkpoint_bytes(&model);
-        double state_bytes = (double)train_state_bytes(model.num_parameters, model.master_weights != NULL);
+    if (o->out_dir) {
+        double model_bytes = (double)gpt2_checkpoint_bytes(model);
+        double state_bytes = (double)train_state_bytes(model->num_parameters, model->master_weights != NULL);
         char each[32], m[32], s[32], all[32] = "";
         format_bytes(each, sizeof(each), model_bytes + state_bytes);
         format_bytes(m, sizeof(m), model_bytes);
         format_bytes(s, sizeof(s), state_bytes);
-        if (o.keep_checkpoints) format_bytes(all, sizeof(all), o.keep_checkpoints * (model_bytes + state_bytes));
-        printf("| checkpoints       | %s each (model %s + state %s) into %s, ", each, m, s, o.out_dir);
-        if (o.checkpoint_every) printf("every %d steps and at the end", o.checkpoint_every);
+        if (o->keep_checkpoints) format_bytes(all, sizeof(all), o->keep_checkpoints * (model_bytes + state_bytes));
+        printf("| checkpoints       | %s each (model %s + state %s) into %s, ", each, m, s, o->out_dir);
+        if (o->checkpoint_every) printf("every %d steps and at the end", o->checkpoint_every);
         else printf("at the end");
-        if (o.keep_checkpoints) printf(", the last %d kept (%s)\n", o.keep_checkpoints, all);
+        if (o->keep_checkpoints) printf(", the last %d kept (%s)\n", o->keep_checkpoints, all);
         else printf(", all kept\n");
     }
     printf("+-------------------+----------------------------------------------------+\n");
     fflush(stdout);
+}
 
-    Log log = {-1, ""};
-    if (o.out_dir && o.rank == 0) log = open_log(o.out_dir, o.resume ? start_step : -1);
-
-    double total_ms = 0.0;
-    int timed_steps = 0, steps_done = start_step, interrupted = 0;
-    float last_train_loss = NAN, last_val_loss = NAN;
-    for (int step = start_step; step <= max_steps; step++) {
-        steps_done = step;
-        interrupted = stop_requested();
-        int last = step == max_steps || interrupted;
-        int save = o.out_dir && step > start_step &&
-                   (last || (o.checkpoint_every && step % o.checkpoint_every == 0));
-        if (save) save_checkpoint(&o, &model, &train, step, global_micro, rng);
-        if (interrupted) break;
-        if (have_val && (last || step % o.val_every == 0)) {
-            last_val_loss = evaluate(&model, &val, o.val_batches);
-            printf("step %d: val loss %.6f\n", step, last_val_loss);
-            log_line(&log, "%d,val,%.6f,,,,\n", step, last_val_loss);
-        }
-        if (o.rank == 0 && o.sample_every && step > 0 && (last || step % o.sample_every == 0))
-            sample_text(&model, tok, o.gen_tokens, &rng);
-        if (last) break;
-        // a signal during the checkpoint, validation or sampling stops before the next step
-        if ((interrupted = stop_requested())) {
-            if (o.out_dir && step > start_step && !save)
-                save_checkpoint(&o, &model, &train, step, global_micro, rng);
-            break;
-        }
-
-        double t0 = wall_seconds();
-        gpt2_zero_grad(&model);
-        double loss = 0.0;
-        for (int micro = 0; micro < grad_accum; micro++) {
-            dataloader_next_batch(&train);
-            // 1/global_micro: the gradients summed over micro-steps and ranks are their mean
-            loss += gpt2_forward_backward(&model, train.inputs, train.targets, o.B, o.T,
-                                          1.0f / global_micro);
-        }
-        loss = comm_allreduce_sum_host(loss) / global_micro;
-        float lr = learning_rate(&o, step, max_steps);
-        float norm = gpt2_update(&model, lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.max_grad_norm,
-                                 step + 1);
-        dev_synchronize();
-        double ms = (wall_seconds() - t0) * 1e3;
-        if (!isfinite(loss) || !isfinite(norm))
-            die("training diverged at step %d (loss %f, gradient norm %f): try a lower learning "
-                "rate (-l); checkpoints written so far are intact", step + 1, loss, norm);
-        if (step > start_step) { total_ms += ms; timed_steps++; }   // the first step warms up
-        double tok_s = o.total_batch / (ms / 1e3);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s", step + 1,
-               max_steps, loss, norm, lr, ms, tok_s);
-        if (peak_flops > 0.0) printf(" | MFU %.1f%%", 100.0 * step_flops / (ms / 1e3) / peak_flops);
-        printf("\n");
-        log_line(&log, "%d,train,%.6f,%.6f,%.6e,%.3f,%.1f\n", step + 1, loss, norm, lr, ms, tok_s);
-        last_train_loss = (float)loss;
-        fflush(stdout);
+// One optimizer step (step is 0-based): the micro-batches' gradients, AdamW, then its line on
+// stdout and in log.csv. Dies when the loss or the gradient norm is not finite.
+static void train_step(const Options *o, Run *r, int step) {
+    GPT2 *model = &r->model;
+    double t0 = wall_seconds();
+    gpt2_zero_grad(model);
+    double loss = 0.0;
+    for (int micro = 0; micro < r->grad_accum; micro++) {
+        dataloader_next_batch(&r->train);
+        // 1/global_micro: the gradients summed over micro-steps and ranks are their mean
+        loss += gpt2_forward_backward(model, r->train.inputs, r->train.targets, o->B, o->T,
+                                      1.0f / r->global_micro);
     }
+    loss = comm_allreduce_sum_host(loss) / r->global_micro;
+    float lr = learning_rate(o, step, r->max_steps);
+    float norm = gpt2_update(model, lr, 0.9f, 0.95f, 1e-8f, o->weight_decay, o->max_grad_norm, step + 1);
+    dev_synchronize();
+    double ms = (wall_seconds() - t0) * 1e3;
+    if (!isfinite(loss) || !isfinite(norm))
+        die("training diverged at step %d (loss %f, gradient norm %f): try a lower learning "
+            "rate (-l); checkpoints written so far are intact", step + 1, loss, norm);
+    if (step > r->start_step) { r->total_ms += ms; r->timed_steps++; }   // the first step warms up
+    double tok_s = o->total_batch / (ms / 1e3);
+    printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s", step + 1,
+           r->max_steps, loss, norm, lr, ms, tok_s);
+    if (r->peak_flops > 0.0) printf(" | MFU %.1f%%", 100.0 * r->step_flops / (ms / 1e3) / r->peak_flops);
+    printf("\n");
+    log_line(&r->log, "%d,train,%.6f,%.6f,%.6e,%.3f,%.1f\n", step + 1, loss, norm, lr, ms, tok_s);
+    r->last_train_loss = (float)loss;
+    fflush(stdout);
+}
 
+// memory, losses, speed and MFU of the run, and where an interrupted one stands
+static void print_summary(const Options *o, const Run *r) {
     char peak[32];
     format_bytes(peak, sizeof(peak), (double)dev_bytes_peak());
-    gpt2_print_memory(&model);
-    printf("summary: %d steps, final train loss %.6f, ", steps_done - start_step, last_train_loss);
-    if (have_val) printf("final val loss %.6f, ", last_val_loss);
-    if (timed_steps) {
-        double mean_s = total_ms / timed_steps / 1e3;
+    gpt2_print_memory(&r->model);
+    printf("summary: %d steps, final train loss %.6f, ", r->steps_done - r->start_step, r->last_train_loss);
+    if (r->have_val) printf("final val loss %.6f, ", r->last_val_loss);
+    if (r->timed_steps) {
+        double mean_s = r->total_ms / r->timed_steps / 1e3;
         printf("%.2f ms/step, %.0f tok/s (mean over steps after the first), %.3g TFLOP/s, ",
-               mean_s * 1e3, o.total_batch / mean_s, step_flops / mean_s / 1e12);
-        if (peak_flops > 0.0)
-            printf("MFU %.1f%% of %.4g TFLOP/s, ", 100.0 * step_flops / mean_s / peak_flops, peak_flops / 1e12);
+               mean_s * 1e3, o->total_batch / mean_s, r->step_flops / mean_s / 1e12);
+        if (r->peak_flops > 0.0)
+            printf("MFU %.1f%% of %.4g TFLOP/s, ", 100.0 * r->step_flops / mean_s / r->peak_flops,
+                   r->peak_flops / 1e12);
     }
     printf("peak %s memory %s\n", backend_name(), peak);
-    if (interrupted) {
-        if (!o.out_dir) printf("interrupted after step %d: no -o, so no checkpoint\n", steps_done);
-        else if (steps_done > start_step)
-            printf("interrupted after step %d: resume with the same flags and -y 1\n", steps_done);
+    if (r->interrupted) {
+        if (!o->out_dir) printf("interrupted after step %d: no -o, so no checkpoint\n", r->steps_done);
+        else if (r->steps_done > r->start_step)
+            printf("interrupted after step %d: resume with the same flags and -y 1\n", r->steps_done);
         else printf("interrupted before a step was trained: nothing new to save\n");
     }
-    if (log.fd >= 0 && close(log.fd) != 0) die("%s: write error: %s", log.path, strerror(errno));
-    if (tok) tokenizer_free(&tokenizer);
-    if (have_val) dataloader_free(&val);
-    dataloader_free(&train);
-    gpt2_free(&model);
+}
+
+int main(int argc, char **argv) {
+    Options o = parse_options(argc, argv);
+    catch_stop_signals();
+    static Run run;   // static: zeroed, so the loop's counters start at 0
+    Run *r = &run;
+    start_backend(&o, r);
+    claim_output_folder(&o);
+    TrainState state;
+    build_model(&o, r, &state);
+    open_data(&o, r, &state);
+    if (o.overwrite && o.rank == 0) {
+        int removed = previous_run_files(o.out_dir, 1);
+        if (removed) printf("--overwrite: deleted %d file(s) of the earlier run in %s\n", removed, o.out_dir);
+    }
+    gpt2_set_recompute(&r->model, o.recompute);
+    allocate_activations(&o, &r->model);
+    load_tokenizer(&o, r);
+    print_run_table(&o, r);
+    r->log = (Log){-1, ""};
+    if (o.out_dir && o.rank == 0) r->log = open_log(o.out_dir, o.resume ? r->start_step : -1);
+
+    // step 0 .. max_steps: at each, the checkpoint, validation and sample that are due, then
+    // (before max_steps) the next step; a stop signal ends the loop with a checkpoint
+    r->steps_done = r->start_step;
+    r->last_train_loss = r->last_val_loss = NAN;
+    for (int step = r->start_step; step <= r->max_steps; step++) {
+        r->steps_done = step;
+        r->interrupted = stop_requested();
+        int last = step == r->max_steps || r->interrupted;
+        int save = o.out_dir && step > r->start_step &&
+                   (last || (o.checkpoint_every && step % o.checkpoint_every == 0));
+        if (save) save_checkpoint(&o, &r->model, &r->train, step, r->global_micro, r->rng);
+        if (r->interrupted) break;
+        if (r->have_val && (last || step % o.val_every == 0)) {
+            r->last_val_loss = evaluate(&r->model, &r->val, o.val_batches);
+            printf("step %d: val loss %.6f\n", step, r->last_val_loss);
+            log_line(&r->log, "%d,val,%.6f,,,,\n", step, r->last_val_loss);
+        }
+        if (o.rank == 0 && o.sample_every && step > 0 && (last || step % o.sample_every == 0))
+            sample_text(&r->model, r->tok, o.gen_tokens, &r->rng);
+        if (last) break;
+        // a signal during the checkpoint, validation or sampling stops before the next step
+        if ((r->interrupted = stop_requested())) {
+            if (o.out_dir && step > r->start_step && !save)
+                save_checkpoint(&o, &r->model, &r->train, step, r->global_micro, r->rng);
+            break;
+        }
+        train_step(&o, r, step);
+    }
+
+    print_summary(&o, r);
+    if (r->log.fd >= 0 && close(r->log.fd) != 0) die("%s: write error: %s", r->log.path, strerror(errno));
+    if (r->tok) tokenizer_free(&r->tokenizer);
+    if (r->have_val) dataloader_free(&r->val);
+    dataloader_free(&r->train);
+    gpt2_free(&r->model);
     comm_free();
-    return interrupted ? 128 + interrupted : 0;
+    return r->interrupted ? 128 + r->interrupted : 0;
 }
