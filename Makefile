@@ -57,16 +57,20 @@ BUILD = build/$(VARIANT)
 # ---- sources --------------------------------------------------------------------------
 CORE_SRC = gpt2.c checkpoint.c gpt2_decode.c sampler.c utils.c data/dataloader.c data/tokenizer.c
 BPE_SRC = data/bpe.c data/json.c
+# the layers of each backend with the runtime they run on (runtime/: device memory and copies,
+# the stream, graphs, communication); the GPU tests and benchmarks link these too
+LAYERS_CPU_SRC = $(wildcard runtime/*.c layers/*.c)
+LAYERS_CUDA_SRC = $(wildcard runtime/*.cu layers/*.cu)
 ifeq ($(BACKEND),cuda)
 CFLAGS += -DBACKEND_CUDA
 # flash: the mma.sync kernels (flash.cu, for CUDA_ARCH) and the Hopper forward (flash_sm90.cu,
 # for sm_90a), one fat binary: flash.cu picks at run time from the device's compute capability
 ATTENTION_CUDA_SRC = attention/$(ATTENTION).cu $(if $(filter flash,$(ATTENTION)),attention/flash_sm90.cu)
-BACKEND_SRC = $(wildcard layers/*.cu) $(ATTENTION_CUDA_SRC)
+BACKEND_SRC = $(LAYERS_CUDA_SRC) $(ATTENTION_CUDA_SRC)
 LINK = $(NVCC) -arch=$(CUDA_ARCH) $(LDFLAGS)
 LDLIBS = -lm -lgomp -lcublas -lcublasLt -lnccl
 else
-BACKEND_SRC = $(wildcard layers/*.c) attention/$(ATTENTION).c
+BACKEND_SRC = $(LAYERS_CPU_SRC) attention/$(ATTENTION).c
 LINK = $(CC) $(LDFLAGS) -fopenmp
 endif
 
@@ -137,12 +141,12 @@ $(BUILD)/prefixed/attention/%.o: $(BUILD)/attention/%.o
 	$(call prefix_symbols,$(basename $*))
 BACKEND_EXT = $(if $(filter cuda,$(BACKEND)),cu,c)
 ATTENTION_BACKENDS_OBJ = $(patsubst %,$(BUILD)/prefixed/attention/%.$(BACKEND_EXT).o,$(ATTENTION_BACKENDS))
-# The CUDA tests' reference: every CPU layer and the CPU naive attention, compiled as plain C
-# (floatX = float) and joined into one object with every symbol prefixed cpu_
-# (cpu_encoder_forward, ...). The same names, as #defines in the generated
-# cpu_reference_names.h, let tests/gpu/cpu_reference.h declare them from layers.h and
-# attention.h themselves.
-CPU_REF_SRC = $(wildcard layers/*.c) attention/naive.c
+# The CUDA tests' reference: every CPU layer, the CPU runtime (so that calls into it are renamed
+# with the layers) and the CPU naive attention, compiled as plain C (floatX = float) and joined
+# into one object with every symbol prefixed cpu_ (cpu_encoder_forward, ...). The same names,
+# as #defines in the generated cpu_reference_names.h, let tests/gpu/cpu_reference.h declare
+# them from layers.h and attention.h themselves.
+CPU_REF_SRC = $(LAYERS_CPU_SRC) attention/naive.c
 CPU_REF_OBJ = $(BUILD)/cpuref/cpu_reference.o
 CPU_REF_NAMES = $(BUILD)/cpuref/cpu_reference_names.h
 $(BUILD)/cpuref/%.c.o: %.c

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "attention/attention.h"
-#include "layers/comm.h"
+#include "runtime/comm.h"
 
 // ----------------------------------------------------------------------------------------
 // config

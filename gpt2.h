@@ -100,7 +100,7 @@ typedef struct {
     ParameterTensors params;
     size_t param_sizes[NUM_PARAMETER_TENSORS];   // elements of each parameter tensor
     size_t num_parameters;
-    // Data parallelism, ZeRO stage 1 (layers/comm.h): the flat parameter array is cut into
+    // Data parallelism, ZeRO stage 1 (runtime/comm.h): the flat parameter array is cut into
     // comm_world() shards of shard_size; this rank updates [shard_start, shard_start +
     // shard_size) and keeps optimizer state for it alone. At world 1 the shard is everything.
     size_t shard_size;       // num_parameters at world 1; else ceil(num_parameters / world), rounded up

@@ -25,7 +25,7 @@
 #include "data/tokenizer.h"
 #include "gpt2.h"
 #include "sampler.h"
-#include "layers/comm.h"
+#include "runtime/comm.h"
 #include "train_state.h"
 #include "utils.h"
 

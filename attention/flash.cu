@@ -50,7 +50,7 @@
 // zero-filled past T.
 #include <stdint.h>
 
-#include "../layers/cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 #include "attention.h"
 #include "flash_sm90.h"
 #include "flash_tile.cuh"

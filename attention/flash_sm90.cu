@@ -56,7 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../layers/cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 #include "flash_sm90.h"
 #include "flash_tile.cuh"
 

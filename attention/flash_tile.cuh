@@ -18,7 +18,7 @@
 #include <cuda.h>
 #include <stdint.h>
 
-#include "../layers/cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;

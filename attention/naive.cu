@@ -15,7 +15,7 @@
 // bf16 storage (S, P, dP, dS included), fp32 accumulation in the GEMMs and fp32 math in the
 // kernels. The GEMMs compute full T x T products; the kernels read only the causal half of a
 // row and write zeros over the rest.
-#include "../layers/cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 #include "attention.h"
 
 #include <math.h>

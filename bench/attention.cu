@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "../attention/both_backends.h"
-#include "../layers/cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 
 
 static const double GiB = 1024.0 * 1024.0 * 1024.0;

@@ -12,7 +12,7 @@
 //
 // Usage: bench_layers_gpu [B ...]      e.g. bench_layers_gpu 16 64
 #include "../attention/attention.h"
-#include "../layers/cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 
 #include <algorithm>
 #include <vector>

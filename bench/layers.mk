@@ -5,7 +5,7 @@
 BENCH_LAYERS = $(BUILD)/bench/bench_layers_gpu
 
 ifeq ($(BACKEND),cuda)
-BENCH_LAYERS_SRC = bench/bench_layers_gpu.cu $(ATTENTION_CUDA_SRC) $(wildcard layers/*.cu) utils.c
+BENCH_LAYERS_SRC = bench/bench_layers_gpu.cu $(ATTENTION_CUDA_SRC) $(LAYERS_CUDA_SRC) utils.c
 $(BENCH_LAYERS): $(call obj,$(BENCH_LAYERS_SRC))
 	@mkdir -p $(dir $@)
 	$(LINK) $^ -o $@ $(LDLIBS)

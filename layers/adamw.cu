@@ -4,7 +4,7 @@
 // params receives its bf16 rounding, so small updates are never lost to bf16's 8-bit mantissa.
 // grad_sumsq is deterministic: per-block sums, then the last block to finish adds them in
 // block order (no float atomics, whose order would change the rounding from run to run).
-#include "cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 
 #include <math.h>
 

@@ -4,7 +4,7 @@
 // smaller index winning among equal values (as on the CPU).
 #include <float.h>
 
-#include "cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include <math.h>
 
 #include "../attention/flash_tile.cuh"   // kLog2e and the other attention kernels' vocabulary
-#include "cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 
 namespace {
 

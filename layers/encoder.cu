@@ -4,7 +4,7 @@
 // changes from run to run) the rows of dout are grouped by token with a stable radix sort of
 // (token, row) pairs; each token's rows are then summed in row order by one block and added
 // once into its row of dwte. dwpe sums over the batch, also in a fixed order.
-#include "cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 

@@ -4,7 +4,7 @@
 // deterministically: per-warp accumulators in shared memory, per-block partial sums in a
 // scratch buffer the caller gives (layernorm_backward_scratch_size), then add_column_sums adds
 // them in a fixed order into dweight and dbias.
-#include "cuda_common.cuh"
+#include "../runtime/cuda_common.cuh"
 
 static const float LAYERNORM_EPS = 1e-5f;
 enum { LN_UNROLL = 4 };

@@ -1,5 +1,5 @@
 // test_data_parallel.c: train_gpt2 on several CPU ranks (processes meeting through a
-// shared-memory file, layers/comm.c) against one process, on a tiny model (d1):
+// shared-memory file, runtime/comm.c) against one process, on a tiny model (d1):
 //   - 2 ranks at batch B give the losses, gradient norms and validation losses of 1 rank at
 //     batch 2B, and of 1 rank at batch B with 2 accumulation steps (fp32: 1e-5 relative);
 //     3 ranks (shards of unequal use) likewise against 1 rank with 3 accumulation steps;

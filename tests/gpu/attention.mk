@@ -15,8 +15,8 @@ $(BUILD)/attention/flash.cu.o: NVCCFLAGS += $(FLASH_FLAGS)
 $(BUILD)/attention/flash_sm90.cu.o: NVCCFLAGS += $(FLASH_FLAGS)
 
 # what a GPU test or benchmark links besides its own object: the prefixed attention backends,
-# the CUDA layers (device set-up: cuda_stream, backend_init, error reporting) and utils
-ATTENTION_GPU_OBJ = $(ATTENTION_BACKENDS_OBJ) $(call obj,utils.c $(wildcard layers/*.cu))
+# the CUDA layers and runtime (device set-up: cuda_stream, backend_init, error reporting) and utils
+ATTENTION_GPU_OBJ = $(ATTENTION_BACKENDS_OBJ) $(call obj,utils.c $(LAYERS_CUDA_SRC))
 
 .PHONY: gpu-tests
 gpu-tests: $(BUILD)/tests/gpu/test_attention_gpu

@@ -1,6 +1,6 @@
-# tests/gpu/layers.mk: the CUDA layers (layers/*.cu) and the CUDA naive attention against the
-# CPU implementations, linked into the same program with their symbols prefixed cpu_
-# (CPU_REF_OBJ in the Makefile, declared by tests/gpu/cpu_reference.h).
+# tests/gpu/layers.mk: the CUDA layers (layers/*.cu, on runtime/*.cu) and the CUDA naive
+# attention against the CPU implementations, linked into the same program with their symbols
+# prefixed cpu_ (CPU_REF_OBJ in the Makefile, declared by tests/gpu/cpu_reference.h).
 #   make BACKEND=cuda gpu-test-layers          build and run (prints SKIP without a GPU)
 #   make BACKEND=cuda gpu-test-layers-build    build only
 #   $(BUILD)/tests/gpu/test_layers_gpu matmul attention    run some groups
@@ -10,7 +10,7 @@ GPU_TEST_LAYERS = $(BUILD)/tests/gpu/test_layers_gpu
 ifeq ($(BACKEND),cuda)
 $(call obj,tests/gpu/test_layers_gpu.cu): NVCCFLAGS += -I$(dir $(CPU_REF_NAMES))
 $(call obj,tests/gpu/test_layers_gpu.cu): $(CPU_REF_NAMES)
-$(GPU_TEST_LAYERS): $(call obj,tests/gpu/test_layers_gpu.cu $(wildcard layers/*.cu) attention/naive.cu utils.c) $(CPU_REF_OBJ)
+$(GPU_TEST_LAYERS): $(call obj,tests/gpu/test_layers_gpu.cu $(LAYERS_CUDA_SRC) attention/naive.cu utils.c) $(CPU_REF_OBJ)
 	@mkdir -p $(dir $@)
 	$(LINK) $^ -o $@ $(LDLIBS)
 

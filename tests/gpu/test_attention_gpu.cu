@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "../../attention/both_backends.h"
-#include "../../layers/cuda_common.cuh"
+#include "../../runtime/cuda_common.cuh"
 #include "../test.h"
 
 // naive and flash side by side: attention/both_backends.h

@@ -21,7 +21,7 @@
 // run. Usage: test_layers_gpu [group ...]   (default: all; names as printed by "== name")
 // Without a GPU it prints SKIP and exits 0.
 #include "../../attention/attention.h"
-#include "../../layers/cuda_common.cuh"
+#include "../../runtime/cuda_common.cuh"
 #include "../test.h"
 #include "cpu_reference.h"   // cpu_encoder_forward, ... (fp32)
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "../utils.h"
-#include "layers.h"
+#include "../layers/layers.h"
 
 // storage type of floatX inside kernels (layers.h spells it uint16_t for the C side)
 typedef __nv_bfloat16 bf16;
@@ -34,7 +34,7 @@ typedef __nv_bfloat16 bf16;
 // after every kernel launch: LAUNCH_CHECK();
 #define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-// Set up by backend_init (layers/device.cu): everything runs on this one stream.
+// Set up by backend_init (runtime/device.cu): everything runs on this one stream.
 extern cudaStream_t cuda_stream;
 extern cublasHandle_t cublas_handle;
 extern cublasLtHandle_t cublaslt_handle;
@@ -128,7 +128,7 @@ __device__ __forceinline__ void elementwise2(bf16 *out, const bf16 *a, const bf1
     }
 }
 
-// Deterministic end of a column reduction (layers/device.cu): with partial (slices, width) fp32
+// Deterministic end of a column reduction (runtime/device.cu): with partial (slices, width) fp32
 // sums, adds the column sums in a fixed order into bf16 parameter gradients:
 // first[c] += sum_s partial[s][c] for c < split, second[c - split] += ... for c >= split.
 void add_column_sums(bf16 *first, bf16 *second, int split, const float *partial, int slices,

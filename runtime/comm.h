@@ -1,8 +1,8 @@
 // comm.h: communication between the processes of a data-parallel run, one process (rank) per
-// device. One header, two implementations chosen at build time with the rest of layers/:
-//   layers/comm.cu  CUDA: NCCL over the GPUs; the ncclUniqueId travels through a file in the
+// device. One header, two implementations chosen at build time with the rest of runtime/:
+//   runtime/comm.cu CUDA: NCCL over the GPUs; the ncclUniqueId travels through a file in the
 //                   rendezvous folder (rank 0 writes it, the others wait for it)
-//   layers/comm.c   CPU: the ranks are processes on one machine that share a memory-mapped
+//   runtime/comm.c  CPU: the ranks are processes on one machine that share a memory-mapped
 //                   file in the rendezvous folder (so CI can run several CPU ranks)
 // At world size 1 nothing is set up (unless forced) and every call returns at once: a
 // one-process run costs nothing and behaves exactly as without this layer.
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "layers.h"
+#include "../layers/layers.h"
 
 #ifdef __cplusplus
 extern "C" {
