@@ -10,6 +10,7 @@
 
 #include "checkpoint.h"
 #include "layers/layers.h"
+#include "runtime/graph.h"
 #include "utils.h"
 
 #define GPT2_VOCAB_SIZE 50257

@@ -24,8 +24,8 @@
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "gpt2.h"
-#include "sampler.h"
 #include "runtime/comm.h"
+#include "sampler.h"
 #include "train_state.h"
 #include "utils.h"
 

@@ -5,6 +5,7 @@
 // grad_sumsq is deterministic: per-block sums, then the last block to finish adds them in
 // block order (no float atomics, whose order would change the rounding from run to run).
 #include "../runtime/cuda_common.cuh"
+#include "layers.h"
 
 #include <math.h>
 

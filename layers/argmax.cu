@@ -5,6 +5,7 @@
 #include <float.h>
 
 #include "../runtime/cuda_common.cuh"
+#include "layers.h"
 
 namespace {
 

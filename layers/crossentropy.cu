@@ -7,6 +7,7 @@
 // the row again from shared memory, where pass 1 left each thread's own vectors (a row of
 // GPT-2's 50304 bf16 is 98 KiB, two blocks per SM), so the logits cross DRAM once each way.
 #include "../runtime/cuda_common.cuh"
+#include "layers.h"
 
 #include <math.h>
 

@@ -23,6 +23,7 @@
 
 #include "../attention/flash_tile.cuh"   // kLog2e and the other attention kernels' vocabulary
 #include "../runtime/cuda_common.cuh"
+#include "layers.h"
 
 namespace {
 

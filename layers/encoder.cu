@@ -5,6 +5,7 @@
 // (token, row) pairs; each token's rows are then summed in row order by one block and added
 // once into its row of dwte. dwpe sums over the batch, also in a fixed order.
 #include "../runtime/cuda_common.cuh"
+#include "layers.h"
 
 #include <cub/device/device_radix_sort.cuh>
 

@@ -1,6 +1,7 @@
 // gelu.cu: GELU with the tanh approximation, forward and backward, 8 elements per thread
 // through 16-byte accesses (element-wise, so memory-bound: one read and one write per element).
 #include "../runtime/cuda_common.cuh"
+#include "layers.h"
 
 // Through 0.5 (1 + tanh(u)) = sigmoid(2u): the same function, but for negative x, 1 + tanh(u)
 // cancels to a few bits while the sigmoid keeps its relative precision (layers/gelu.c too).

@@ -5,6 +5,8 @@
 // scratch buffer the caller gives (layernorm_backward_scratch_size), then add_column_sums adds
 // them in a fixed order into dweight and dbias.
 #include "../runtime/cuda_common.cuh"
+#include "column_sums.cuh"
+#include "layers.h"
 
 static const float LAYERNORM_EPS = 1e-5f;
 enum { LN_UNROLL = 4 };

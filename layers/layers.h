@@ -1,4 +1,5 @@
-// layers.h: the C API of every operation GPT-2 is made of, and of the memory it lives in.
+// layers.h: the C API of every operation GPT-2 is made of. The memory they work in, floatX and
+// the device come from the runtime they stand on (runtime/device.h, included here).
 //
 // One header, two implementations chosen at build time (BACKEND=cpu|cuda):
 //   layers/*.c   CPU, fp32 storage and math, OpenMP
@@ -29,58 +30,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../runtime/device.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-// floatX: the storage type of parameters, activations and their gradients.
-#if defined(BACKEND_CUDA)
-typedef uint16_t floatX;   // bf16 bits; the kernels reinterpret them as __nv_bfloat16
-#define FLOATX_NAME "bf16"
-#else
-typedef float floatX;
-#define FLOATX_NAME "fp32"
-#endif
-
-// ----------------------------------------------------------------------------------------
-// backend and device memory
-
-const char *backend_name(void);            // "cpu" or "cuda"
-// Sets up the backend (CUDA: picks the device, creates cuBLAS handles). Returns 0 on success;
-// on failure prints why (e.g. "no CUDA device") and returns -1. Safe to call more than once.
-int backend_init(void);
-void backend_describe(char *buf, size_t n); // one line: CPU threads, or GPU name and memory
-size_t device_memory_total(void);           // bytes the device has (CPU: physical RAM)
-size_t device_memory_free(void);            // bytes free on it now (CPU: free physical RAM)
-// The device's dense peak rate for floatX matrix products, in FLOP/s, from the vendor's
-// datasheet (the training step's MFU is measured against it), and where it comes from: 0 and
-// "" for a device the table does not know (and on the CPU, whose rate depends on its cores).
-double device_peak_flops(const char **source);
-// Bytes the backend allocates for itself, once, in backend_init: CUDA's cuBLAS(Lt) workspace,
-// shared by every GEMM of the cuBLAS and cuBLASLt handles (the matmuls and naive attention's
-// batched GEMMs), so it never grows and never moves; 0 on the CPU. The memory reports list it.
-size_t backend_workspace_size(void);
-
-// dev_malloc never returns NULL: when the device is out of memory it prints how many bytes
-// were asked for, how many are free and in use, and the caller's `what`, then exits(1).
-void *dev_malloc(size_t bytes, const char *what);
-// as dev_malloc, but returns NULL when the device is out of memory, for a caller who can say
-// what would fit (gpt2.c's activations)
-void *dev_try_malloc(size_t bytes);
-void dev_free(void *p);
-void dev_memset_zero(void *p, size_t bytes);
-void dev_upload(void *dst, const void *src_host, size_t bytes);     // host -> device
-void dev_download(void *dst_host, const void *src, size_t bytes);   // device -> host
-void dev_copy(void *dst, const void *src, size_t bytes);            // device -> device
-void dev_synchronize(void);
-size_t dev_bytes_in_use(void);   // bytes currently allocated through dev_malloc
-size_t dev_bytes_peak(void);     // most bytes ever allocated at once through dev_malloc
-
-// fp32 <-> floatX conversions between a host float array and a device floatX array
-void floatX_upload(floatX *dst, const float *src_host, size_t n);
-void floatX_download(float *dst_host, const floatX *src, size_t n);
-// fp32 <-> floatX conversion between two device arrays (used for master weights)
-void floatX_from_float(floatX *dst, const float *src, size_t n);
 
 // ----------------------------------------------------------------------------------------
 // layers: forward and backward side by side
@@ -150,9 +104,10 @@ size_t attention_decode_scratch_size(int B, int maxT, int NH, int HS);
 void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
                       const floatX *vcache, int B, int len, int maxT, int NH, int HS);
 
-// The rest of generation's layer calls (layers/decode_attention.*, argmax.*, graph.*). What
-// changes from one decode step to the next (the position) is read from device memory, so that
-// the step is the same sequence of launches every time and CUDA can replay it as one graph.
+// The rest of generation's layer calls (layers/decode_attention.*, argmax.*). What changes
+// from one decode step to the next (the position) is read from device memory, so that the step
+// is the same sequence of launches every time and CUDA can replay it as one graph
+// (runtime/graph.h).
 //
 // attention_decode with len read from device memory (one int32): the work is laid out for
 // maxT positions and the parts past len return at once.
@@ -166,22 +121,13 @@ void kv_cache_store(floatX *kcache, floatX *vcache, floatX *q, const floatX *qkv
 // out[b] = the index of the largest of the first V entries of row b of logits (rows
 // row_stride elements apart), the smallest index among equals. out (B) int32 device array.
 void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int V);
-// Runs fn(ctx), which must launch the same work with the same arguments at every call. On
-// CUDA the first call runs it (lazy set-up such as cuBLASLt plans happens then), the second
-// captures it into a CUDA graph on cuda_stream, and later calls launch that graph in one go;
-// CUDA_GRAPHS=0 in the environment turns graphs off. On the CPU it calls fn. *graph starts
-// NULL; device_graph_free(NULL) does nothing.
-typedef struct DeviceGraph DeviceGraph;
-void device_graph_run(DeviceGraph **graph, void (*fn)(void *ctx), void *ctx);
-void device_graph_free(DeviceGraph *graph);
 
 // ----------------------------------------------------------------------------------------
 // optimizer
 
 // sum of squares of a gradient array, added into *out (a single fp32 on the device)
 void grad_sumsq(float *out, const floatX *grads, size_t n);
-// read back the fp32 value written by grad_sumsq
-float dev_read_float(const float *p);
+// (dev_read_float, runtime/device.h, reads it back)
 
 // AdamW step on n parameters, with bias correction for step t (1-based) and gradient scale
 // grad_scale (global-norm clipping). Weight decay is decoupled: param -= lr * wd * param.

@@ -5,6 +5,8 @@
 // cuBLAS(Lt) is column-major: a row-major (R, K) matrix is a column-major (K, R) one, so every
 // row-major product below is issued as its transpose: out^T = weight @ inp^T, and so on.
 #include "../runtime/cuda_common.cuh"
+#include "column_sums.cuh"
+#include "layers.h"
 
 // One cached plan per distinct GEMM: descriptors and the algorithm the heuristic chose.
 typedef struct {

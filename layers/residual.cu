@@ -1,5 +1,6 @@
 // residual.cu: out = a + b, 8 elements per thread through 16-byte accesses (memory-bound).
 #include "../runtime/cuda_common.cuh"
+#include "layers.h"
 
 // out may alias a or b: each element is read before it is written, by the same thread
 template <int VEC>

@@ -19,8 +19,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../layers/layers.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -1,5 +1,6 @@
 // cuda_common.cuh: what every CUDA source of the project shares: error checks that name the
 // file and line (through die, utils.h), the one stream and cuBLAS handles, and bf16 helpers.
+// Part of the runtime: it includes nothing of layers/ or attention/, which include it.
 #pragma once
 
 #include <cublasLt.h>
@@ -10,9 +11,9 @@
 #include <stdlib.h>
 
 #include "../utils.h"
-#include "../layers/layers.h"
+#include "device.h"
 
-// storage type of floatX inside kernels (layers.h spells it uint16_t for the C side)
+// storage type of floatX inside kernels (runtime/device.h spells it uint16_t for the C side)
 typedef __nv_bfloat16 bf16;
 #define BF(p) (reinterpret_cast<bf16 *>(p))
 #define CBF(p) (reinterpret_cast<const bf16 *>(p))
@@ -47,7 +48,7 @@ void ensure_backend(void);
 
 static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 
-// ---- kernel helpers shared by layers/*.cu (added with them) ----------------------------------
+// ---- kernel helpers shared by the CUDA sources (runtime, layers, attention) -----------------
 
 // 16-byte vector accesses need 16-byte aligned addresses: kernels pick their vector width with this
 static inline bool is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -127,9 +128,3 @@ __device__ __forceinline__ void elementwise2(bf16 *out, const bf16 *a, const bf1
         for (; i < n; i++) out[i] = __float2bfloat16_rn(op(__bfloat162float(a[i]), __bfloat162float(b[i])));
     }
 }
-
-// Deterministic end of a column reduction (runtime/device.cu): with partial (slices, width) fp32
-// sums, adds the column sums in a fixed order into bf16 parameter gradients:
-// first[c] += sum_s partial[s][c] for c < split, second[c - split] += ... for c >= split.
-void add_column_sums(bf16 *first, bf16 *second, int split, const float *partial, int slices,
-                     int width);

@@ -2,7 +2,7 @@
 // backend keeps, so the program's memory report reads the same on both.
 // Every block carries a small header holding its size, which is how dev_free knows how many
 // bytes to take off the in-use count.
-#include "../layers/layers.h"
+#include "device.h"
 #include "../utils.h"
 
 #include <omp.h>

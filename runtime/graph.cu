@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
+#include "graph.h"
 
 struct DeviceGraph {
     int calls;                 // calls so far

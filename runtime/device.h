@@ -1,0 +1,77 @@
+// device.h: the runtime's C API: the device the layers run on, the memory their tensors live
+// in, copies and conversions, and floatX, the storage type of those tensors.
+//
+// One header, two implementations chosen at build time (BACKEND=cpu|cuda):
+//   runtime/device_cpu.c  the CPU: host memory, with the accounting the CUDA backend keeps
+//   runtime/device.cu     CUDA: the current GPU, its one stream, the cuBLAS(Lt) handles
+// Every pointer argument is device memory of the backend (host memory on the CPU).
+// The operations (layers/, attention/) stand on this header; it includes nothing of theirs,
+// and neither does anything else in runtime/.
+#ifndef RUNTIME_DEVICE_H
+#define RUNTIME_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// floatX: the storage type of parameters, activations and their gradients.
+#if defined(BACKEND_CUDA)
+typedef uint16_t floatX;   // bf16 bits; the kernels reinterpret them as __nv_bfloat16
+#define FLOATX_NAME "bf16"
+#else
+typedef float floatX;
+#define FLOATX_NAME "fp32"
+#endif
+
+// ----------------------------------------------------------------------------------------
+// backend and device
+
+const char *backend_name(void);            // "cpu" or "cuda"
+// Sets up the backend (CUDA: picks the device, creates cuBLAS handles). Returns 0 on success;
+// on failure prints why (e.g. "no CUDA device") and returns -1. Safe to call more than once.
+int backend_init(void);
+void backend_describe(char *buf, size_t n); // one line: CPU threads, or GPU name and memory
+size_t device_memory_total(void);           // bytes the device has (CPU: physical RAM)
+size_t device_memory_free(void);            // bytes free on it now (CPU: free physical RAM)
+// The device's dense peak rate for floatX matrix products, in FLOP/s, from the vendor's
+// datasheet (the training step's MFU is measured against it), and where it comes from: 0 and
+// "" for a device the table does not know (and on the CPU, whose rate depends on its cores).
+double device_peak_flops(const char **source);
+// Bytes the backend allocates for itself, once, in backend_init: CUDA's cuBLAS(Lt) workspace,
+// shared by every GEMM of the cuBLAS and cuBLASLt handles (the matmuls and naive attention's
+// batched GEMMs), so it never grows and never moves; 0 on the CPU. The memory reports list it.
+size_t backend_workspace_size(void);
+
+// ----------------------------------------------------------------------------------------
+// memory and copies
+
+// dev_malloc never returns NULL: when the device is out of memory it prints how many bytes
+// were asked for, how many are free and in use, and the caller's `what`, then exits(1).
+void *dev_malloc(size_t bytes, const char *what);
+// as dev_malloc, but returns NULL when the device is out of memory, for a caller who can say
+// what would fit (gpt2.c's activations)
+void *dev_try_malloc(size_t bytes);
+void dev_free(void *p);
+void dev_memset_zero(void *p, size_t bytes);
+void dev_upload(void *dst, const void *src_host, size_t bytes);     // host -> device
+void dev_download(void *dst_host, const void *src, size_t bytes);   // device -> host
+void dev_copy(void *dst, const void *src, size_t bytes);            // device -> device
+void dev_synchronize(void);
+size_t dev_bytes_in_use(void);   // bytes currently allocated through dev_malloc
+size_t dev_bytes_peak(void);     // most bytes ever allocated at once through dev_malloc
+
+// fp32 <-> floatX conversions between a host float array and a device floatX array
+void floatX_upload(floatX *dst, const float *src_host, size_t n);
+void floatX_download(float *dst_host, const floatX *src, size_t n);
+// fp32 <-> floatX conversion between two device arrays (used for master weights)
+void floatX_from_float(floatX *dst, const float *src, size_t n);
+// read back one fp32 value from device memory (grad_sumsq's result, a loss)
+float dev_read_float(const float *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
