@@ -14,15 +14,27 @@
 #include <time.h>
 #include <unistd.h>
 
+// "<kind>: <message>\n" on stderr, after what stdout holds so far
+static void report(const char *kind, const char *fmt, va_list ap) {
+    fflush(stdout);
+    fprintf(stderr, "%s: ", kind);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+}
+
 void die(const char *fmt, ...) {
     va_list ap;
-    fflush(stdout);
-    fprintf(stderr, "error: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    report("error", fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n");
     exit(1);
+}
+
+void note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report("note", fmt, ap);
+    va_end(ap);
 }
 
 int fail_with(char *err, size_t err_len, const char *fmt, ...) {

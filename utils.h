@@ -14,6 +14,10 @@ extern "C" {
 
 // print "error: <message>\n" to stderr and exit(1)
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// print "note: <message>\n" to stderr and go on: what the user should know of a failure the
+// program works around or leaves to its caller (a slower fallback taken, no GPU found). Both
+// flush stdout first, so that the message stands after what the program printed before it.
+void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // For parsers that report instead of exiting (so they can be fuzzed): writes the message into
 // err (err_len bytes; nothing when err is NULL) and returns -1.

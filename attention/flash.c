@@ -19,10 +19,9 @@
 // across the vector lanes.
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "../utils.h"
 #include "attention.h"
 #include "cpu_kernels.h"
 
@@ -55,11 +54,8 @@ int attention_deterministic(void) { return 1; }
 static inline int min_int(int a, int b) { return a < b ? a : b; }
 
 static void check_head_size(int HS) {
-    if (HS > MAX_HEAD_SIZE) {
-        fprintf(stderr, "error: CPU flash attention supports head sizes up to %d, not %d\n",
-                MAX_HEAD_SIZE, HS);
-        exit(1);
-    }
+    if (HS > MAX_HEAD_SIZE)
+        die("CPU flash attention supports head sizes up to %d, not %d", MAX_HEAD_SIZE, HS);
 }
 
 // tile (num_rows, HS) = num_rows rows of HS floats, src_stride apart in src

@@ -100,10 +100,9 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         p->use_gemm_ex = 1;
-        fprintf(stderr,
-                "note: cuBLASLt has no algorithm for the bf16 GEMM m=%d n=%d k=%d (lda=%d ldb=%d "
-                "ldd=%d, pointer alignments %d %d %d bytes, bias %d): using cublasGemmEx\n",
-                m, n, k, lda, ldb, ldd, align_a, align_b, align_d, has_bias);
+        note("cuBLASLt has no algorithm for the bf16 GEMM m=%d n=%d k=%d (lda=%d ldb=%d ldd=%d, "
+             "pointer alignments %d %d %d bytes, bias %d): using cublasGemmEx",
+             m, n, k, lda, ldb, ldd, align_a, align_b, align_d, has_bias);
     } else {
         p->algo = result.algo;
     }

@@ -31,7 +31,7 @@ typedef float floatX;
 
 const char *backend_name(void);            // "cpu" or "cuda"
 // Sets up the backend (CUDA: picks the device, creates cuBLAS handles). Returns 0 on success;
-// on failure prints why (e.g. "no CUDA device") and returns -1. Safe to call more than once.
+// on failure says why (a note on stderr: "no CUDA device") and returns -1. Safe to call again.
 int backend_init(void);
 void backend_describe(char *buf, size_t n); // one line: CPU threads, or GPU name and memory
 size_t device_memory_total(void);           // bytes the device has (CPU: physical RAM)
