@@ -1,9 +1,6 @@
 // encoder.c: token embedding plus position embedding, forward and backward.
+#include "channel_chunks.h"
 #include "layers.h"
-
-// channels per parallel work item in encoder_backward: a thread owns these columns of dwte
-// and dwpe across all rows, so repeated tokens never race
-#define ENCODER_CHANNEL_CHUNK 64
 
 // out (B,T,C), tokens (B,T), wte (Vp,C), wpe (maxT,C)
 void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const floatX *wpe,
@@ -21,24 +18,33 @@ void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const fl
 
 size_t encoder_backward_scratch_size(int B, int T) { return 0; }
 
-// dwte (Vp,C) +=, dwpe (maxT,C) +=, dout (B,T,C), tokens (B,T)
-void encoder_backward(floatX *dwte, floatX *dwpe, void *scratch, const floatX *dout,
-                      const int *tokens, int B, int T, int C) {
-    int chunks = (C + ENCODER_CHANNEL_CHUNK - 1) / ENCODER_CHANNEL_CHUNK;
-    #pragma omp parallel for
-    for (int chunk = 0; chunk < chunks; chunk++) {
-        int c0 = chunk * ENCODER_CHANNEL_CHUNK;
-        int c1 = c0 + ENCODER_CHANNEL_CHUNK < C ? c0 + ENCODER_CHANNEL_CHUNK : C;
-        for (int b = 0; b < B; b++) {
-            for (int t = 0; t < T; t++) {
-                const float *dout_bt = dout + ((size_t)b * T + t) * C;
-                float *dwte_ix = dwte + (size_t)tokens[b * T + t] * C;
-                float *dwpe_t = dwpe + (size_t)t * C;
-                for (int c = c0; c < c1; c++) {
-                    dwte_ix[c] += dout_bt[c];
-                    dwpe_t[c] += dout_bt[c];
-                }
+typedef struct {
+    floatX *dwte, *dwpe;
+    const floatX *dout;
+    const int *tokens;
+    int B, T, C;
+} EncoderBackward;
+
+// channels [c0, c1) of dwte and dwpe, from every (b, t) in order (for_channel_chunks)
+static void encoder_backward_channels(void *ctx, int c0, int c1) {
+    const EncoderBackward *e = ctx;
+    const int B = e->B, T = e->T, C = e->C;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const float *dout_bt = e->dout + ((size_t)b * T + t) * C;
+            float *dwte_ix = e->dwte + (size_t)e->tokens[b * T + t] * C;
+            float *dwpe_t = e->dwpe + (size_t)t * C;
+            for (int c = c0; c < c1; c++) {
+                dwte_ix[c] += dout_bt[c];
+                dwpe_t[c] += dout_bt[c];
             }
         }
     }
+}
+
+// dwte (Vp,C) +=, dwpe (maxT,C) +=, dout (B,T,C), tokens (B,T)
+void encoder_backward(floatX *dwte, floatX *dwpe, void *scratch, const floatX *dout,
+                      const int *tokens, int B, int T, int C) {
+    EncoderBackward e = {dwte, dwpe, dout, tokens, B, T, C};
+    for_channel_chunks(C, encoder_backward_channels, &e);
 }

@@ -1,11 +1,10 @@
 // layernorm.c: layer normalization over the channels of each row, forward and backward.
+#include "channel_chunks.h"
 #include "layers.h"
 
 #include <math.h>
 
 #define LAYERNORM_EPS 1e-5f
-// channels per parallel work item when summing dweight and dbias over rows
-#define LAYERNORM_CHANNEL_CHUNK 64
 
 // out (N,C), mean (N), rstd (N), inp (N,C), weight (C), bias (C)
 void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
@@ -32,6 +31,28 @@ void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
 }
 
 size_t layernorm_backward_scratch_size(int N, int C) { return 0; }
+
+typedef struct {
+    floatX *dweight, *dbias;
+    const floatX *dout, *inp;
+    const float *mean, *rstd;
+    int N, C;
+} LayernormParamGrads;
+
+// channels [c0, c1) of dweight and dbias, from every row in order (for_channel_chunks)
+static void layernorm_param_grads_channels(void *ctx, int c0, int c1) {
+    const LayernormParamGrads *g = ctx;
+    const int N = g->N, C = g->C;
+    for (int i = 0; i < N; i++) {
+        const float *dout_i = g->dout + (size_t)i * C;
+        const float *x = g->inp + (size_t)i * C;
+        float m = g->mean[i], s = g->rstd[i];
+        for (int c = c0; c < c1; c++) {
+            g->dweight[c] += dout_i[c] * (x[c] - m) * s;
+            g->dbias[c] += dout_i[c];
+        }
+    }
+}
 
 // dinp (N,C) +=, dweight (C) +=, dbias (C) +=, dout (N,C), inp (N,C), weight (C),
 // mean (N), rstd (N)
@@ -61,20 +82,7 @@ void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scra
             dinp_i[c] += s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
         }
     }
-    // dweight, dbias: sums over rows; a thread owns a chunk of channels, so no races
-    int chunks = (C + LAYERNORM_CHANNEL_CHUNK - 1) / LAYERNORM_CHANNEL_CHUNK;
-    #pragma omp parallel for
-    for (int chunk = 0; chunk < chunks; chunk++) {
-        int c0 = chunk * LAYERNORM_CHANNEL_CHUNK;
-        int c1 = c0 + LAYERNORM_CHANNEL_CHUNK < C ? c0 + LAYERNORM_CHANNEL_CHUNK : C;
-        for (int i = 0; i < N; i++) {
-            const float *dout_i = dout + (size_t)i * C;
-            const float *x = inp + (size_t)i * C;
-            float m = mean[i], s = rstd[i];
-            for (int c = c0; c < c1; c++) {
-                dweight[c] += dout_i[c] * (x[c] - m) * s;
-                dbias[c] += dout_i[c];
-            }
-        }
-    }
+    // dweight, dbias: sums over rows
+    LayernormParamGrads g = {dweight, dbias, dout, inp, mean, rstd, N, C};
+    for_channel_chunks(C, layernorm_param_grads_channels, &g);
 }

@@ -10,6 +10,7 @@
 //     the left operand, and does MM_ROWS*MM_COLS multiply-adds, a loop the compiler vectorizes.
 // A forward pass over fewer rows than one tile (token-by-token generation) takes a plain
 // dot-product path instead, matmul_forward_few_rows.
+#include "channel_chunks.h"
 #include "layers.h"
 
 #include <stddef.h>
@@ -25,7 +26,6 @@
 #define MM_DEPTH 256
 #define MM_ROW_BLOCK 64
 #define MM_LANES 16        // partial sums per dot product in matmul_forward_few_rows
-#define MM_BIAS_CHUNK 64   // channels per parallel work item when summing dbias over rows
 
 // A strided matrix view: element (i, k) is at data[i * row_stride + k * col_stride].
 typedef struct {
@@ -144,6 +144,22 @@ void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const 
 
 size_t matmul_backward_scratch_size(int N, int OC) { return 0; }
 
+typedef struct {
+    floatX *dbias;
+    const floatX *dout;
+    int N, OC;
+} MatmulBiasGrad;
+
+// channels [o0, o1) of dbias, from every row of dout in order (for_channel_chunks)
+static void matmul_bias_grad_channels(void *ctx, int o0, int o1) {
+    const MatmulBiasGrad *g = ctx;
+    const int N = g->N, OC = g->OC;
+    for (int i = 0; i < N; i++) {
+        const float *dout_i = g->dout + (size_t)i * OC;
+        for (int o = o0; o < o1; o++) g->dbias[o] += dout_i[o];
+    }
+}
+
 // dinp (N,C) = dout @ weight, or skipped when NULL; dweight (OC,C) += dout^T @ inp;
 // dbias (OC) += colsum(dout), or skipped when NULL; dout (N,OC), inp (N,C), weight (OC,C)
 void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
@@ -158,15 +174,7 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch
     View inp_view = {inp, (size_t)C, 1};            // (N, C)
     block_matmul(dweight, (size_t)C, dout_t, inp_view, NULL, OC, C, N, 1);
     if (dbias) {
-        int chunks = (OC + MM_BIAS_CHUNK - 1) / MM_BIAS_CHUNK;
-        #pragma omp parallel for
-        for (int chunk = 0; chunk < chunks; chunk++) {
-            int o0 = chunk * MM_BIAS_CHUNK;
-            int o1 = o0 + MM_BIAS_CHUNK < OC ? o0 + MM_BIAS_CHUNK : OC;
-            for (int i = 0; i < N; i++) {
-                const float *dout_i = dout + (size_t)i * OC;
-                for (int o = o0; o < o1; o++) dbias[o] += dout_i[o];
-            }
-        }
+        MatmulBiasGrad g = {dbias, dout, N, OC};
+        for_channel_chunks(OC, matmul_bias_grad_channels, &g);
     }
 }
