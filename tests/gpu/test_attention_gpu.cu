@@ -192,6 +192,47 @@ static void poison(void *p, size_t bytes) {   // 0xFF bytes: NaN in bf16 and in 
     if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, cuda_stream));
 }
 
+// What one backend's forward and backward write, on the device, sized for one case
+typedef struct {
+    floatX *out, *dqkv;
+    void *saved, *scratch;
+    size_t n_out, saved_bytes, scratch_bytes;
+} Pass;
+
+static Pass pass_alloc(const AttentionBackend *be, int B, int T, int NH, int HS) {
+    Pass p;
+    p.n_out = (size_t)B * T * NH * HS;
+    p.saved_bytes = be->saved_size(B, T, NH, HS);
+    p.scratch_bytes = be->scratch_size(B, T, NH, HS);
+    p.out = (floatX *)device_alloc(p.n_out * sizeof(floatX));
+    p.dqkv = (floatX *)device_alloc(3 * p.n_out * sizeof(floatX));
+    p.saved = device_alloc(p.saved_bytes);
+    p.scratch = device_alloc(p.scratch_bytes);
+    return p;
+}
+
+// forward and backward on qkv and dout, each with what it writes poisoned first, so that a
+// value a kernel fails to write shows as NaN rather than passing with an earlier run's
+static void pass_run(const AttentionBackend *be, const Pass *p, const floatX *qkv,
+                     const floatX *dout, int B, int T, int NH, int HS) {
+    poison(p->out, p->n_out * sizeof(floatX));
+    poison(p->saved, p->saved_bytes);
+    poison(p->scratch, p->scratch_bytes);
+    be->forward(p->out, p->saved, p->scratch, qkv, B, T, NH, HS);
+    poison(p->dqkv, 3 * p->n_out * sizeof(floatX));
+    poison(p->scratch, p->scratch_bytes);
+    be->backward(p->dqkv, p->scratch, dout, qkv, p->out, p->saved, B, T, NH, HS);
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+    CUDA_CHECK(cudaGetLastError());
+}
+
+static void pass_free(Pass *p) {
+    CUDA_CHECK(cudaFree(p->out));
+    CUDA_CHECK(cudaFree(p->dqkv));
+    if (p->saved) CUDA_CHECK(cudaFree(p->saved));
+    if (p->scratch) CUDA_CHECK(cudaFree(p->scratch));
+}
+
 // ---- the backward's two modes ---------------------------------------------------------------------
 // A backend that can run its backward both ways (unordered sums, or deterministic: flash on
 // Hopper) is tested in both passes, pass 1 deterministic; one that is deterministic whatever is
@@ -247,33 +288,20 @@ static void run_case(const Case *cs, unsigned long long *rng) {
     for (int pass = 0; pass < backend_passes(&attention_backends[k]); pass++) {
         const AttentionBackend *be = &attention_backends[k];
         set_pass(be, pass);
-        const size_t saved_bytes = be->saved_size(B, T, NH, HS);
-        const size_t scratch_bytes = be->scratch_size(B, T, NH, HS);
-        floatX *d_out = (floatX *)device_alloc(n_out * sizeof(floatX));
-        floatX *d_dqkv = (floatX *)device_alloc(n_qkv * sizeof(floatX));
-        void *d_saved = device_alloc(saved_bytes), *d_scratch = device_alloc(scratch_bytes);
-
-        poison(d_out, n_out * sizeof(floatX));
-        poison(d_saved, saved_bytes);
-        poison(d_scratch, scratch_bytes);
-        be->forward(d_out, d_saved, d_scratch, d_qkv, B, T, NH, HS);
-        poison(d_dqkv, n_qkv * sizeof(floatX));
-        poison(d_scratch, scratch_bytes);
-        be->backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, NH, HS);
-        CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
-        CUDA_CHECK(cudaGetLastError());
+        Pass run = pass_alloc(be, B, T, NH, HS);
+        pass_run(be, &run, d_qkv, d_dout, B, T, NH, HS);
 
         const double tol = be->saves_logsumexp ? 1e-2 : 2.5e-2;   // see the top of the file
-        download_bf16(got_out, d_out, n_out);
+        download_bf16(got_out, run.out, n_out);
         check_close(got_out, ref_out, n_out, tol, "out", be->name, B, T, NH, HS);
         if (be->saves_logsumexp) {
-            CHECK(saved_bytes == (size_t)B * NH * T * sizeof(float),
-                  "%s saved size %zu is not B*NH*T floats", be->name, saved_bytes);
-            CUDA_CHECK(cudaMemcpy(got_lse, d_saved, (size_t)B * NH * T * sizeof(float),
+            CHECK(run.saved_bytes == (size_t)B * NH * T * sizeof(float),
+                  "%s saved size %zu is not B*NH*T floats", be->name, run.saved_bytes);
+            CUDA_CHECK(cudaMemcpy(got_lse, run.saved, (size_t)B * NH * T * sizeof(float),
                                   cudaMemcpyDeviceToHost));
             check_close(got_lse, ref_lse, (size_t)B * NH * T, 1e-4, "lse", be->name, B, T, NH, HS);
         }
-        download_bf16(got_dqkv, d_dqkv, n_qkv);
+        download_bf16(got_dqkv, run.dqkv, n_qkv);
         static const char *part_name[3] = {"dq", "dk", "dv"};
         for (int p = 0; p < 3; p++) {
             for (size_t bt = 0; bt < (size_t)B * T; bt++)
@@ -286,17 +314,14 @@ static void run_case(const Case *cs, unsigned long long *rng) {
             uint16_t *o1 = (uint16_t *)malloc(n_out * 2), *o2 = (uint16_t *)malloc(n_out * 2);
             uint16_t *g1 = (uint16_t *)malloc(n_qkv * 2), *g2 = (uint16_t *)malloc(n_qkv * 2);
             float *l1 = (float *)malloc((size_t)B * NH * T * 4);
-            CUDA_CHECK(cudaMemcpy(o1, d_out, n_out * 2, cudaMemcpyDeviceToHost));
-            CUDA_CHECK(cudaMemcpy(g1, d_dqkv, n_qkv * 2, cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(o1, run.out, n_out * 2, cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(g1, run.dqkv, n_qkv * 2, cudaMemcpyDeviceToHost));
             memcpy(l1, got_lse, (size_t)B * NH * T * 4);
-            poison(d_out, n_out * sizeof(floatX));
-            poison(d_saved, saved_bytes);
-            be->forward(d_out, d_saved, d_scratch, d_qkv, B, T, NH, HS);
-            poison(d_dqkv, n_qkv * sizeof(floatX));
-            be->backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, NH, HS);
-            CUDA_CHECK(cudaMemcpy(o2, d_out, n_out * 2, cudaMemcpyDeviceToHost));
-            CUDA_CHECK(cudaMemcpy(g2, d_dqkv, n_qkv * 2, cudaMemcpyDeviceToHost));
-            CUDA_CHECK(cudaMemcpy(got_lse, d_saved, (size_t)B * NH * T * 4, cudaMemcpyDeviceToHost));
+            pass_run(be, &run, d_qkv, d_dout, B, T, NH, HS);
+            CUDA_CHECK(cudaMemcpy(o2, run.out, n_out * 2, cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(g2, run.dqkv, n_qkv * 2, cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(got_lse, run.saved, (size_t)B * NH * T * 4,
+                                  cudaMemcpyDeviceToHost));
             CHECK(memcmp(o1, o2, n_out * 2) == 0, "flash out differs between two runs");
             CHECK(memcmp(l1, got_lse, (size_t)B * NH * T * 4) == 0,
                   "flash logsumexp differs between two runs");
@@ -324,10 +349,7 @@ static void run_case(const Case *cs, unsigned long long *rng) {
             }
             free(o1), free(o2), free(g1), free(g2), free(l1);
         }
-        CUDA_CHECK(cudaFree(d_out));
-        CUDA_CHECK(cudaFree(d_dqkv));
-        if (d_saved) CUDA_CHECK(cudaFree(d_saved));
-        if (d_scratch) CUDA_CHECK(cudaFree(d_scratch));
+        pass_free(&run);
     }
 
     CUDA_CHECK(cudaFree(d_qkv));
@@ -358,26 +380,14 @@ static void run_long_case(const Case *cs, int pass, unsigned long long *rng) {
     floatX *d_qkv = upload_bf16(qkv, n_qkv), *d_dout = upload_bf16(dout, n_out);
     const AttentionBackend *be = &attention_backends[FLASH];
     set_pass(be, pass);
-    const size_t saved_bytes = be->saved_size(B, T, NH, HS);
-    const size_t scratch_bytes = be->scratch_size(B, T, NH, HS);
-    floatX *d_out = (floatX *)device_alloc(n_out * sizeof(floatX));
-    floatX *d_dqkv = (floatX *)device_alloc(n_qkv * sizeof(floatX));
-    void *d_saved = device_alloc(saved_bytes), *d_scratch = device_alloc(scratch_bytes);
-    poison(d_out, n_out * sizeof(floatX));
-    poison(d_saved, saved_bytes);
-    poison(d_scratch, scratch_bytes);
-    be->forward(d_out, d_saved, d_scratch, d_qkv, B, T, NH, HS);
-    poison(d_dqkv, n_qkv * sizeof(floatX));
-    poison(d_scratch, scratch_bytes);
-    be->backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, NH, HS);
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
-    CUDA_CHECK(cudaGetLastError());
+    Pass run = pass_alloc(be, B, T, NH, HS);
+    pass_run(be, &run, d_qkv, d_dout, B, T, NH, HS);
     float *got_out = (float *)malloc(n_out * sizeof(float));
     float *got_dqkv = (float *)malloc(n_qkv * sizeof(float));
     float *got_lse = (float *)malloc((size_t)B * NH * T * sizeof(float));
-    download_bf16(got_out, d_out, n_out);
-    download_bf16(got_dqkv, d_dqkv, n_qkv);
-    CUDA_CHECK(cudaMemcpy(got_lse, d_saved, saved_bytes, cudaMemcpyDeviceToHost));
+    download_bf16(got_out, run.out, n_out);
+    download_bf16(got_dqkv, run.dqkv, n_qkv);
+    CUDA_CHECK(cudaMemcpy(got_lse, run.saved, run.saved_bytes, cudaMemcpyDeviceToHost));
 
     // rows: both sides of the first tile edges, the last rows, then random (b, h, row); each
     // is checked as a query row (out, lse, dq) and as a key row (dk, dv)
@@ -486,10 +496,7 @@ static void run_long_case(const Case *cs, int pass, unsigned long long *rng) {
 
     CUDA_CHECK(cudaFree(d_qkv));
     CUDA_CHECK(cudaFree(d_dout));
-    CUDA_CHECK(cudaFree(d_out));
-    CUDA_CHECK(cudaFree(d_dqkv));
-    CUDA_CHECK(cudaFree(d_saved));
-    CUDA_CHECK(cudaFree(d_scratch));
+    pass_free(&run);
     for (int p = 0; p < PARTS; p++) free(ref[p]), free(sel[p]);
     free(qkv), free(dout), free(got_out), free(got_dqkv), free(got_lse), free(ref_lse),
         free(sel_lse);
