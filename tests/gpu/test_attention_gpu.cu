@@ -56,61 +56,77 @@ static float bf16_to_float(uint16_t h) {
     return f;
 }
 
+// n values uniform in [-amplitude, amplitude), rounded to bf16 once so that the reference
+// sees exactly what the device sees
+static float *random_bf16(size_t n, float amplitude, unsigned long long *rng) {
+    float *x = (float *)malloc(n * sizeof(float));
+    test_fill(x, n, amplitude, rng);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(float_to_bf16(x[i]));
+    return x;
+}
+
 // ---- float64 reference ------------------------------------------------------------------------
 // qkv (B,T,3,NH,HS), dout (B,T,NH,HS) hold the exact bf16 values the device sees.
+// Rows of them, for the reference and run_long_case (which #undefs these after it):
+#define QKV(b, t, part, h) (qkv + ((size_t)((b) * T + (t)) * 3 + (part)) * C + (h) * HS)
+#define ROW(p, b, t, h) ((p) + ((size_t)(b) * T + (t)) * C + (h) * HS)
+
+// Query row i of head h of sequence b, from the inputs alone: out o (HS), dq (HS), *D =
+// rowsum(dO * out) (what the key rows' gradients need), and the logsumexp, returned.
+static double reference_query_row(double *o, double *dq, double *D, const float *qkv,
+                                  const float *dout, int b, int h, int i, int T, int NH, int HS) {
+    const int C = NH * HS;
+    const double scale = 1.0 / sqrt((double)HS);
+    double *s = (double *)malloc((size_t)(i + 1) * sizeof(double));
+    double *dp = (double *)malloc((size_t)(i + 1) * sizeof(double));
+    const float *q = QKV(b, i, 0, h), *dO = ROW(dout, b, i, h);
+    double m = -INFINITY;
+    for (int j = 0; j <= i; j++) {
+        const float *k = QKV(b, j, 1, h), *v = QKV(b, j, 2, h);
+        double dot = 0.0, dvd = 0.0;
+        for (int c = 0; c < HS; c++) {
+            dot += (double)q[c] * k[c];
+            dvd += (double)dO[c] * v[c];
+        }
+        s[j] = dot * scale;
+        dp[j] = dvd;
+        if (s[j] > m) m = s[j];
+    }
+    double l = 0.0;
+    for (int j = 0; j <= i; j++) l += exp(s[j] - m);
+    const double lse = m + log(l);
+    for (int c = 0; c < HS; c++) o[c] = dq[c] = 0.0;
+    *D = 0.0;
+    for (int j = 0; j <= i; j++) {
+        const double p = exp(s[j] - lse);
+        const float *v = QKV(b, j, 2, h);
+        for (int c = 0; c < HS; c++) o[c] += p * v[c];
+        *D += p * dp[j];
+    }
+    for (int j = 0; j <= i; j++) {
+        const double ds = exp(s[j] - lse) * (dp[j] - *D);
+        const float *k = QKV(b, j, 1, h);
+        for (int c = 0; c < HS; c++) dq[c] += scale * ds * k[c];
+    }
+    free(s);
+    free(dp);
+    return lse;
+}
+
 // out (B,T,NH,HS), lse (B,NH,T), dqkv (B,T,3,NH,HS)
 static void reference(double *out, double *lse, double *dqkv, const float *qkv, const float *dout,
                       int B, int T, int NH, int HS) {
     const int C = NH * HS;
     const double scale = 1.0 / sqrt((double)HS);
-#define QKV(b, t, part, h) (qkv + ((size_t)((b) * T + (t)) * 3 + (part)) * C + (h) * HS)
-#define ROW(p, b, t, h) ((p) + ((size_t)(b) * T + (t)) * C + (h) * HS)
 #define DQKV(b, t, part, h) (dqkv + ((size_t)((b) * T + (t)) * 3 + (part)) * C + (h) * HS)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             double *Dr = (double *)malloc((size_t)T * sizeof(double));
             // pass 1, one query row at a time: out, logsumexp, D, dq
 #pragma omp parallel for schedule(dynamic, 8)
-            for (int i = 0; i < T; i++) {
-                double *s = (double *)malloc((size_t)(i + 1) * sizeof(double));
-                double *dp = (double *)malloc((size_t)(i + 1) * sizeof(double));
-                const float *q = QKV(b, i, 0, h), *dO = ROW(dout, b, i, h);
-                double m = -INFINITY;
-                for (int j = 0; j <= i; j++) {
-                    const float *k = QKV(b, j, 1, h), *v = QKV(b, j, 2, h);
-                    double dot = 0.0, dvd = 0.0;
-                    for (int c = 0; c < HS; c++) {
-                        dot += (double)q[c] * k[c];
-                        dvd += (double)dO[c] * v[c];
-                    }
-                    s[j] = dot * scale;
-                    dp[j] = dvd;
-                    if (s[j] > m) m = s[j];
-                }
-                double l = 0.0;
-                for (int j = 0; j <= i; j++) l += exp(s[j] - m);
-                const double lse_i = m + log(l);
-                lse[((size_t)b * NH + h) * T + i] = lse_i;
-                double *o = ROW(out, b, i, h);
-                for (int c = 0; c < HS; c++) o[c] = 0.0;
-                double D = 0.0;
-                for (int j = 0; j <= i; j++) {
-                    const double p = exp(s[j] - lse_i);
-                    const float *v = QKV(b, j, 2, h);
-                    for (int c = 0; c < HS; c++) o[c] += p * v[c];
-                    D += p * dp[j];
-                }
-                Dr[i] = D;
-                double *dq = DQKV(b, i, 0, h);
-                for (int c = 0; c < HS; c++) dq[c] = 0.0;
-                for (int j = 0; j <= i; j++) {
-                    const double ds = exp(s[j] - lse_i) * (dp[j] - D);
-                    const float *k = QKV(b, j, 1, h);
-                    for (int c = 0; c < HS; c++) dq[c] += scale * ds * k[c];
-                }
-                free(s);
-                free(dp);
-            }
+            for (int i = 0; i < T; i++)
+                lse[((size_t)b * NH + h) * T + i] = reference_query_row(
+                    ROW(out, b, i, h), DQKV(b, i, 0, h), &Dr[i], qkv, dout, b, h, i, T, NH, HS);
             // pass 2, one key row at a time: dk, dv (probabilities recomputed)
 #pragma omp parallel for schedule(dynamic, 8)
             for (int j = 0; j < T; j++) {
@@ -134,8 +150,6 @@ static void reference(double *out, double *lse, double *dqkv, const float *qkv, 
             }
             free(Dr);
         }
-#undef QKV
-#undef ROW
 #undef DQKV
 }
 
@@ -259,13 +273,7 @@ static void run_case(const Case *cs, unsigned long long *rng) {
     const size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
     printf("case B=%d T=%d NH=%d HS=%d amplitude %.0f\n", B, T, NH, HS, cs->amplitude);
 
-    // inputs, rounded to bf16 once so that the reference sees exactly what the device sees
-    float *qkv = (float *)malloc(n_qkv * sizeof(float));
-    float *dout = (float *)malloc(n_out * sizeof(float));
-    test_fill(qkv, n_qkv, cs->amplitude, rng);
-    test_fill(dout, n_out, 1.0f, rng);
-    for (size_t i = 0; i < n_qkv; i++) qkv[i] = bf16_to_float(float_to_bf16(qkv[i]));
-    for (size_t i = 0; i < n_out; i++) dout[i] = bf16_to_float(float_to_bf16(dout[i]));
+    float *qkv = random_bf16(n_qkv, cs->amplitude, rng), *dout = random_bf16(n_out, 1.0f, rng);
 
     double *ref_out = (double *)malloc(n_out * sizeof(double));
     double *ref_lse = (double *)malloc((size_t)B * NH * T * sizeof(double));
@@ -371,12 +379,7 @@ static void run_long_case(const Case *cs, int pass, unsigned long long *rng) {
     const size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
     printf("long case B=%d T=%d NH=%d HS=%d amplitude %.0f (flash, sampled rows)\n", B, T, NH,
            HS, cs->amplitude);
-    float *qkv = (float *)malloc(n_qkv * sizeof(float));
-    float *dout = (float *)malloc(n_out * sizeof(float));
-    test_fill(qkv, n_qkv, cs->amplitude, rng);
-    test_fill(dout, n_out, 1.0f, rng);
-    for (size_t i = 0; i < n_qkv; i++) qkv[i] = bf16_to_float(float_to_bf16(qkv[i]));
-    for (size_t i = 0; i < n_out; i++) dout[i] = bf16_to_float(float_to_bf16(dout[i]));
+    float *qkv = random_bf16(n_qkv, cs->amplitude, rng), *dout = random_bf16(n_out, 1.0f, rng);
     floatX *d_qkv = upload_bf16(qkv, n_qkv), *d_dout = upload_bf16(dout, n_out);
     const AttentionBackend *be = &attention_backends[FLASH];
     set_pass(be, pass);
@@ -412,46 +415,13 @@ static void run_long_case(const Case *cs, int pass, unsigned long long *rng) {
     double *ref_lse = (double *)malloc(ROWS * sizeof(double));
     float *sel_lse = (float *)malloc(ROWS * sizeof(float));
     const double scale = 1.0 / sqrt((double)HS);
-#define QKV(b, t, part, h) (qkv + ((size_t)((b) * T + (t)) * 3 + (part)) * C + (h) * HS)
-#define ROW(p, b, t, h) ((p) + ((size_t)(b) * T + (t)) * C + (h) * HS)
 #pragma omp parallel for schedule(dynamic, 1)
     for (int r = 0; r < ROWS; r++) {
         const int b = rows[r][0], h = rows[r][1], i = rows[r][2];
         // as a query row: everything from the reference alone
-        const float *q = QKV(b, i, 0, h), *dO = ROW(dout, b, i, h);
-        double *s = (double *)malloc((size_t)(i + 1) * sizeof(double));
-        double *dp = (double *)malloc((size_t)(i + 1) * sizeof(double));
-        double m = -INFINITY;
-        for (int j = 0; j <= i; j++) {
-            const float *k = QKV(b, j, 1, h), *v = QKV(b, j, 2, h);
-            double dot = 0.0, dvd = 0.0;
-            for (int c = 0; c < HS; c++) {
-                dot += (double)q[c] * k[c];
-                dvd += (double)dO[c] * v[c];
-            }
-            s[j] = dot * scale;
-            dp[j] = dvd;
-            if (s[j] > m) m = s[j];
-        }
-        double l = 0.0;
-        for (int j = 0; j <= i; j++) l += exp(s[j] - m);
-        ref_lse[r] = m + log(l);
-        double *o = ref[OUT] + (size_t)r * HS, *dq = ref[DQ] + (size_t)r * HS;
-        double D = 0.0;
-        for (int c = 0; c < HS; c++) o[c] = dq[c] = 0.0;
-        for (int j = 0; j <= i; j++) {
-            const double p = exp(s[j] - ref_lse[r]);
-            const float *v = QKV(b, j, 2, h);
-            for (int c = 0; c < HS; c++) o[c] += p * v[c];
-            D += p * dp[j];
-        }
-        for (int j = 0; j <= i; j++) {
-            const double ds = exp(s[j] - ref_lse[r]) * (dp[j] - D);
-            const float *k = QKV(b, j, 1, h);
-            for (int c = 0; c < HS; c++) dq[c] += scale * ds * k[c];
-        }
-        free(s);
-        free(dp);
+        double D;   // unused: the key rows below take D from the device's out
+        ref_lse[r] = reference_query_row(ref[OUT] + (size_t)r * HS, ref[DQ] + (size_t)r * HS, &D,
+                                         qkv, dout, b, h, i, T, NH, HS);
         // as a key row: the sums over all later queries need every query's logsumexp and D,
         // taken from the device (its lse is checked above on these rows, D = dO . out is
         // recomputed here from its out)
