@@ -5,7 +5,7 @@
 // Data parallelism: one process (rank) per device, launched by mpirun, torchrun, srun or by
 // hand (--world, --rank, --comm-dir). Each rank trains on its own micro-batches (every
 // world-th batch of the one-process sequence), gpt2_update sums the gradients over the ranks
-// (ZeRO-1, layers/comm.h), and rank 0 alone prints, logs and writes checkpoints, whose
+// (ZeRO-1, runtime/comm.h), and rank 0 alone prints, logs and writes checkpoints, whose
 // training state does not depend on the number of ranks.
 #include <dirent.h>
 #include <errno.h>
