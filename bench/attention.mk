@@ -8,7 +8,7 @@ ifeq ($(BACKEND),cuda)
 .PHONY: gpu-bench
 gpu-bench: $(BUILD)/bench/attention
 
-$(BUILD)/bench/attention: $(call obj,bench/attention.cu) $(ATTENTION_GPU_OBJ)
+$(BUILD)/bench/attention: $(call obj,bench/attention.cu bench/attention_counts.c) $(ATTENTION_GPU_OBJ)
 	@mkdir -p $(dir $@)
 	$(LINK) $^ -o $@ $(LDLIBS)
 
