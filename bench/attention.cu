@@ -13,9 +13,20 @@
 // still run. Markdown table on stdout; one CSV row per (T, backend) to --csv PATH.
 //
 // usage: attention [--csv PATH] [--tokens N] [--nh N] [--hs N] [--tmin N] [--tmax N]
-//                  [--backend naive|flash] [--deterministic]
+//                  [--backend naive|flash] [--deterministic] [--receipt fwd|fwdbwd]
 // --deterministic times each backend's bitwise-reproducible backward (attention.h); a backend
 // that has none is refused.
+//
+// --receipt fwd|fwdbwd (with --backend and --tmin = --tmax; B = tokens / T): the one pass of
+// scripts/receipt.sh, for Nsight Compute to measure. Warm-up passes first (one-time set-up:
+// shared-memory limits, tensor maps, cuBLAS's workspace), then exactly one forward, or one
+// forward and one backward, between cudaProfilerStart and cudaProfilerStop with the device
+// synchronised on both sides, so that `ncu --profile-from-start off` sees that pass's kernels
+// and no others; then the same pass timed (median of 21, CUDA events). Prints one line,
+//   receipt: backend=B pass=P B= T= NH= HS= path= tiles= flops= counted_read= counted_write= event_ms=
+// with the FLOPs and pencil-count bytes of bench/attention_counts.h for the kernels that ran
+// (path: cublas for naive; sm90, sm90+mma (Hopper forward, mma.sync backward) or mma for flash).
+#include <cuda_profiler_api.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +35,7 @@
 
 #include "../attention/both_backends.h"
 #include "../runtime/cuda_common.cuh"
+#include "attention_counts.h"
 
 
 static const double GiB = 1024.0 * 1024.0 * 1024.0;
@@ -150,16 +162,85 @@ static Result run_backend(const AttentionBackend *be, int B, int T, int NH, int 
     return res;
 }
 
+// an environment switch as flash_sm90.cu reads it: unset or anything but "0" is on
+static int env_on(const char *name) {
+    const char *v = getenv(name);
+    return !v || strcmp(v, "0") != 0;
+}
+
+// --receipt: one pass of one backend under the profiler's range, its counts and its time
+static int run_receipt(const AttentionBackend *be, int with_backward, int B, int T, int NH, int HS) {
+    AttnCount fwd, bwd;
+    FlashTiles tiles;
+    char path[32] = "cublas", tile_desc[64] = "-";
+    if (!strcmp(be->name, "naive")) {
+        naive_attention_count(&fwd, ATTN_FORWARD, B, T, NH, HS);
+        naive_attention_count(&bwd, ATTN_BACKWARD, B, T, NH, HS);
+    } else {
+        // the kernels flash.cu picks: Hopper's on compute capability 9.0 unless FLASH_SM90=0
+        // (FLASH_SM90_BWD=0: the mma.sync backward), as flash_sm90_enabled() decides
+        int dev, major, minor;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        const int sm90 = major == 9 && minor == 0 && env_on("FLASH_SM90");
+        if (flash_tiles_for(&tiles, sm90, sm90 && env_on("FLASH_SM90_BWD"), T, HS) != 0) {
+            fprintf(stderr, "error: --receipt: flash has no kernels for HS=%d (64 or 128)\n", HS);
+            return 1;
+        }
+        flash_attention_count(&fwd, ATTN_FORWARD, &tiles, B, T, NH, HS);
+        flash_attention_count(&bwd, ATTN_BACKWARD, &tiles, B, T, NH, HS);
+        snprintf(path, sizeof path, "%s", tiles.bwd_sm90 ? "sm90" : tiles.fwd_sm90 ? "sm90+mma" : "mma");
+        snprintf(tile_desc, sizeof tile_desc, "fwd%dx%d/bwd%dx%d", tiles.fwd_br, tiles.fwd_bc,
+                 tiles.bwd_br, tiles.bwd_bc);
+    }
+    const AttnCount count = with_backward ? attn_count_add(fwd, bwd) : fwd;
+
+    const size_t n_qkv = (size_t)B * T * 3 * NH * HS, n_out = (size_t)B * T * NH * HS;
+    const size_t saved = be->saved_size(B, T, NH, HS), scratch = be->scratch_size(B, T, NH, HS);
+    Buffers buf;
+    memset(&buf, 0, sizeof buf);
+    if (!(try_alloc((void **)&buf.qkv, n_qkv * sizeof(floatX)) &&
+          try_alloc((void **)&buf.out, n_out * sizeof(floatX)) &&
+          try_alloc((void **)&buf.dout, n_out * sizeof(floatX)) &&
+          try_alloc((void **)&buf.dqkv, n_qkv * sizeof(floatX)) && try_alloc(&buf.saved, saved) &&
+          try_alloc(&buf.scratch, scratch))) {
+        fprintf(stderr, "error: --receipt: %s at B=%d T=%d NH=%d HS=%d: out of device memory "
+                        "(needs %.1f GiB)\n", be->name, B, T, NH, HS,
+                ((2 * n_qkv + 2 * n_out) * sizeof(floatX) + saved + scratch) / GiB);
+        free_buffers(&buf);
+        return 1;
+    }
+    fill_random(buf.qkv, n_qkv, 0x1234u + T);
+    fill_random(buf.dout, n_out, 0x5678u + T);
+    time_ms(be, &buf, B, T, NH, HS, 1, 2, 1);   // warm-up: every kernel of both passes, set up
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaProfilerStart());
+    be->forward(buf.out, buf.saved, buf.scratch, buf.qkv, B, T, NH, HS);
+    if (with_backward)
+        be->backward(buf.dqkv, buf.scratch, buf.dout, buf.qkv, buf.out, buf.saved, B, T, NH, HS);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaProfilerStop());
+    CUDA_CHECK(cudaGetLastError());
+    const double ms = time_ms(be, &buf, B, T, NH, HS, with_backward, 0, 21);
+    free_buffers(&buf);
+    printf("receipt: backend=%s pass=%s B=%d T=%d NH=%d HS=%d path=%s tiles=%s flops=%.0f "
+           "counted_read=%.0f counted_write=%.0f event_ms=%.4f\n",
+           be->name, with_backward ? "fwdbwd" : "fwd", B, T, NH, HS, path, tile_desc, count.flops,
+           count.bytes_read, count.bytes_written, ms);
+    return 0;
+}
+
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [--csv PATH] [--tokens N] [--nh N] [--hs N] [--tmin N] [--tmax N] "
-            "[--backend naive|flash] [--deterministic]\n",
+            "[--backend naive|flash] [--deterministic] [--receipt fwd|fwdbwd]\n",
             prog);
     exit(2);
 }
 
 int main(int argc, char **argv) {
-    const char *csv_path = NULL, *only = NULL;
+    const char *csv_path = NULL, *only = NULL, *receipt = NULL;
     long tokens = 16384, NH = 12, HS = 64, tmin = 1024, tmax = 65536;
     int deterministic = 0;
     for (int i = 1; i < argc; i++) {
@@ -176,9 +257,21 @@ int main(int argc, char **argv) {
         else if (!strcmp(flag, "--tmin")) tmin = strtol(val, NULL, 10);
         else if (!strcmp(flag, "--tmax")) tmax = strtol(val, NULL, 10);
         else if (!strcmp(flag, "--backend")) only = val;
+        else if (!strcmp(flag, "--receipt")) receipt = val;
         else usage(argv[0]);
     }
     if (tokens < 1 || NH < 1 || HS < 1 || tmin < 1 || tmax < tmin) usage(argv[0]);
+    if (receipt) {
+        if (strcmp(receipt, "fwd") && strcmp(receipt, "fwdbwd")) {
+            fprintf(stderr, "error: --receipt takes fwd or fwdbwd, not '%s'\n", receipt);
+            return 2;
+        }
+        if (!only || tmin != tmax) {
+            fprintf(stderr, "error: --receipt measures one pass: give --backend and one T "
+                            "(--tmin = --tmax)\n");
+            return 2;
+        }
+    }
     if (backend_init() != 0) {
         fprintf(stderr, "error: the attention benchmark needs a CUDA device\n");
         return 1;
@@ -194,6 +287,17 @@ int main(int argc, char **argv) {
     }
     char desc[256];
     backend_describe(desc, sizeof desc);
+    if (receipt) {
+        for (int k = 0; k < NUM_ATTENTION_BACKENDS; k++)
+            if (!strcmp(only, attention_backends[k].name)) {
+                printf("# %s\n", desc);
+                const int B = (int)(tokens / tmin > 0 ? tokens / tmin : 1);
+                return run_receipt(&attention_backends[k], !strcmp(receipt, "fwdbwd"), B,
+                                   (int)tmin, (int)NH, (int)HS);
+            }
+        fprintf(stderr, "error: --backend: no backend '%s' (naive, flash)\n", only);
+        return 2;
+    }
     FILE *csv = NULL;
     if (csv_path) {
         csv = fopen(csv_path, "w");
