@@ -16,6 +16,11 @@
 #   loss.png, step_ms.png             training loss and time per step against step
 #   sweep_tokens.png, sweep_memory.png   training tokens/s and peak memory against T, both backends
 #   attention_time.png, attention_memory.png   attention time and memory against T, log-log
+#   receipt.csv, receipt.md, receipt_step.csv, receipt_bars.csv, receipt.png, ncu/
+#                                     on the GPU: scripts/receipt.sh, FLOPs, DRAM bytes (counted,
+#                                     and measured by Nsight Compute where ncu is) and time of each
+#                                     attention pass, and attention's share of a training step's
+#                                     DRAM traffic; receipt.md is added to table.md
 # Where a GPU is visible it runs on it (BACKEND=cuda, GPT-2 small); elsewhere on the CPU with a
 # small model, and says so.
 #
@@ -251,6 +256,19 @@ run_attention_bench() {
 }
 run_attention_bench
 
+# ---- the receipt: FLOPs, DRAM bytes, time of each attention pass (GPU only) ---------------------------
+# scripts/receipt.sh measures with Nsight Compute where ncu is (else counts alone, and says so);
+# its plot is drawn with the others below (compare_plot.gnuplot calls receipt_plot.gnuplot).
+if [ "$backend" = cuda ]; then
+    receipt_args=(--no-plot)
+    [ "$tiny" -eq 1 ] && receipt_args+=(--shapes 12:64:1024:16 --no-step)
+    echo "compare: the receipt: scripts/receipt.sh ${receipt_args[*]}"
+    scripts/receipt.sh "$out" "${receipt_args[@]}" 2>&1 | sed 's/^/  /'
+    [ "${PIPESTATUS[0]}" -eq 0 ] || die "scripts/receipt.sh failed (its output is above; ncu's in $out/ncu/)"
+else
+    echo "compare: the receipt (FLOPs, DRAM bytes and time of each attention pass): skipped, it measures on a GPU (scripts/receipt.sh OUTDIR there)"
+fi
+
 # PyTorch SDPA in the same call: its cuDNN and FlashAttention-2 backends, as
 # torch_attention.csv: T,B,backend,fwd_ms,fwdbwd_ms (backend cudnn or flash; failed rows left out)
 torch_cmd=""
@@ -403,6 +421,10 @@ difference() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.6f", a - b }'; }
                     printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k, batch[k], nf, ff, cf, af, nb, fbs, cb, ab, sp, vc, tfl, mn, bytes(mem[k, "flash"])
                 }
             }' "$out/attention.csv" "$torch_csv"
+    fi
+    if [ -s "$out/receipt.md" ]; then
+        echo
+        cat "$out/receipt.md"
     fi
 } >"$out/table.md"
 

@@ -15,6 +15,8 @@
 #                          PyTorch's cuDNN and FlashAttention-2 when torch_attention.csv is there
 #                          (T,B,backend,fwd_ms,fwdbwd_ms)
 #   attention_memory.png   attention memory against T, log-log
+#   receipt.png            the receipt's bars (scripts/receipt_plot.gnuplot, when receipt_bars.csv
+#                          is there: scripts/receipt.sh ran on a GPU)
 # On the sweep and attention plots a red cross marks each T where naive could not allocate.
 # Rows are picked with grep and awk, so DIR must not contain a single quote.
 
@@ -168,6 +170,20 @@ if (file_exists(sweep_csv)) {
     set xrange [*:*]
     set yrange [*:*]
     set key top right
+}
+
+# ---- the receipt's bars: only where scripts/receipt.sh ran ----------------------------------------
+if (file_exists(dir . "/receipt_bars.csv")) {
+    call "scripts/receipt_plot.gnuplot" dir machine
+    reset
+    set datafile separator ","
+    if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {
+        set terminal pngcairo size 1000,620 font "sans,11" noenhanced
+    } else {
+        set terminal png size 1000,620 noenhanced
+    }
+    set grid lc rgb "#dddddd"
+    set border lc rgb "#444444"
 }
 
 # ---- attention plots: only where the microbenchmark ran --------------------------------------------
