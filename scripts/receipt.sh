@@ -102,7 +102,8 @@ profile() {   # profile TAG FROM_START(on|off) CMD...
         tail -n 20 "$out/ncu/$tag.log" >&2
         die "ncu failed on: $* (whole output: $out/ncu/$tag.log)"
     fi
-    "$ncu" --import "$out/ncu/$tag.ncu-rep" --csv --page raw --print-units base --metrics "$metrics" \
+    # every metric of the report (receipt_ncu.awk picks its three columns by name)
+    "$ncu" --import "$out/ncu/$tag.ncu-rep" --csv --page raw --print-units base \
         >"$out/ncu/$tag.csv" 2>"$out/ncu/$tag.import.log" ||
         die "ncu --import $out/ncu/$tag.ncu-rep failed (see $out/ncu/$tag.import.log)"
 }
@@ -133,7 +134,7 @@ for shape in ${shapes//,/ }; do
                 IFS=, read -r k r w ns <<<"$sums"
                 measured="$r,$w,$k,$(awk -v ns="$ns" 'BEGIN { printf "%.4f", ns / 1e6 }')"
             fi
-            line=$(grep '^receipt: ' "$out/ncu/$tag.log" | tail -n 1)
+            line=$(awk '/^receipt: / { l = $0 } END { print l }' "$out/ncu/$tag.log")
             [ -n "$line" ] || die "no receipt: line in $out/ncu/$tag.log"
             echo "$NH,$HS,$T,$B,$be,$pass,$(field path "$line"),$(field tiles "$line"),$(field flops "$line"),$(field counted_read "$line"),$(field counted_write "$line"),$measured,$(field event_ms "$line")" >>"$csv"
             tail -n 1 "$csv" | awk -F, '{ printf "  %.2f GFLOP, counted %.3f GB", $9 / 1e9, ($10 + $11) / 1e9

@@ -1,7 +1,7 @@
 # scripts/receipt_ncu.awk: sums Nsight Compute's per-kernel DRAM bytes and time, from the raw CSV
-#   ncu --import R.ncu-rep --csv --page raw --print-units base \
-#       --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
-# for scripts/receipt.sh (tests/test_receipt.sh feeds it made-up files).
+#   ncu --import R.ncu-rep --csv --page raw --print-units base
+# of a report holding dram__bytes_read.sum, dram__bytes_write.sum and gpu__time_duration.sum, for
+# scripts/receipt.sh (tests/test_receipt.sh feeds it made-up files).
 #
 #   awk -f scripts/receipt_ncu.awk FILE
 #       every kernel of FILE: prints "kernels,read_bytes,write_bytes,time_ns"
