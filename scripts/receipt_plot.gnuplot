@@ -32,6 +32,7 @@ set boxwidth 0.9
 set grid ytics lc rgb "#dddddd"
 set key top left box opaque
 set xtics rotate by -20 nomirror
+set rmargin 12   # the last rotated label runs right of its bar
 set yrange [0:*]
 set offsets 0, 0, graph 0.08, 0   # room above the tallest bar
 naive_color = "#d62728"
