@@ -508,6 +508,11 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             if (FLASH_SM90_PINGPONG) named_bar_arrive(2 + (c ^ 1), 256);
         };
         if (c == 1) your_turn();
+        // the staged dQ part goes to the writer: its stores made visible to TMA, then signalled
+        auto hand_over_dq = [&]() {
+            fence_proxy_async_shared();
+            mbar_arrive(&dq_full[c]);
+        };
         mbar_wait(&kv_full, 0);
 
         for (int step = 0; step < steps; step++) {
@@ -528,11 +533,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
             wgmma_commit();
             if (c == 0 || step + 1 < steps) your_turn();
-            if (step > 0) {   // hand the last step's staged dQ part to the writer, now that
-                              // the fence's wait for the stores overlaps the products above
-                fence_proxy_async_shared();
-                mbar_arrive(&dq_full[c]);
-            }
+            // the last step's dQ part, now that the fence's wait for its stores overlaps the
+            // products above
+            if (step > 0) hand_over_dq();
 
             // P^T = exp2(S^T * scale*log2e - lse[query]*log2e), 0 where the key is after the
             // query (only in tiles that cross this consumer's diagonal). Columns are queries:
@@ -615,10 +618,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             }
             // (handed to the writer at the next step, after its S^T and dP^T are issued)
         }
-        if (steps > 0) {
-            fence_proxy_async_shared();
-            mbar_arrive(&dq_full[c]);
-        }
+        if (steps > 0) hand_over_dq();
 
         // dK = scale * sum dS^T Q, dV = sum P^T dO: written once into packed dqkv
         const int C = NH * HS;

@@ -96,6 +96,8 @@ def torch(hs):
         if len(f) >= 5 and f[0].isdigit() and f[2] in ("cudnn", "flash") and f[3] != "FAILED":
             rows[(int(f[0]), f[2])] = (float(f[3]), float(f[4]))
     return rows
+def bwd_tflops(flop, fwd_ms, fwdbwd_ms):   # the backward alone: fwd+bwd - fwd
+    return flop / ((fwdbwd_ms - fwd_ms) * 1e-3) / 1e12
 for hs in (64, 128):
     v = {k: ours(f"{k}-{hs}") for k in ("hopper", "det", "mma")}
     t = torch(hs)
@@ -108,11 +110,11 @@ for hs in (64, 128):
         def cell(k):
             if T not in v[k]: return "", ""
             a, b = v[k][T][0], v[k][T][1]
-            return f"{a:.3f} / {b:.3f}", f"{b - a:.3f} ({flop / ((b - a) * 1e-3) / 1e12:.0f})"
+            return f"{a:.3f} / {b:.3f}", f"{b - a:.3f} ({bwd_tflops(flop, a, b):.0f})"
         h, hb = cell("hopper"); d, db = cell("det"); m, mb = cell("mma")
         c = t.get((T, "cudnn")); fa = t.get((T, "flash"))
         cs = f"{c[0]:.3f} / {c[1]:.3f}" if c else ""
-        cb = f"{c[1] - c[0]:.3f} ({flop / ((c[1] - c[0]) * 1e-3) / 1e12:.0f})" if c else ""
+        cb = f"{c[1] - c[0]:.3f} ({bwd_tflops(flop, c[0], c[1]):.0f})" if c else ""
         fas = f"{fa[0]:.3f} / {fa[1]:.3f}" if fa else ""
         r1 = f"{c[1] / fb:.2f}x" if c else ""
         r2 = f"{c[1] / v['det'][T][1]:.2f}x" if c and T in v["det"] else ""
@@ -127,13 +129,13 @@ for hs in (64, 128):
             f, fb, B, NH = v["hopper"][T]
             flop = 2.0 * B * NH * T * T * hs * 2.5
             c = t.get((T, "cudnn"))
-            cells = [f"{f:.3f} / {fb:.3f} ({flop / ((fb - f) * 1e-3) / 1e12:.0f})"]
+            cells = [f"{f:.3f} / {fb:.3f} ({bwd_tflops(flop, f, fb):.0f})"]
             for n in variants:
                 if T not in w[n]:
                     cells.append("")
                     continue
                 a, b = w[n][T][0], w[n][T][1]
-                cells.append(f"{a:.3f} / {b:.3f} ({flop / ((b - a) * 1e-3) / 1e12:.0f}) {fb / b:.3f}x"
+                cells.append(f"{a:.3f} / {b:.3f} ({bwd_tflops(flop, a, b):.0f}) {fb / b:.3f}x"
                              + (f", {c[1] / b:.2f}x cuDNN" if c else ""))
             print(f"| {T:,} | " + " | ".join(cells) + " |")
 PY
