@@ -210,7 +210,8 @@ static void bench_batch(int B) {
         add("grad_sumsq (124M)", 1, 2.0 * P, 0, time_ms([&] { grad_sumsq(sumsq, grads, P); }));
         int step = 0;
         add("adamw_update (124M, master)", 1, 26.0 * P, 0, time_ms([&] {
-                adamw_update(params, master, grads, m, v, P, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, ++step);
+                adamw_update(params, master, grads, m, v, P, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, sumsq,
+                             1.0f, ++step);
             }));
         dev_free(params); dev_free(grads); dev_free(master); dev_free(m); dev_free(v); dev_free(sumsq);
     }
