@@ -144,12 +144,16 @@ static void bench_batch(int B) {
         time_ms([&] { encoder_forward(x, tokens, wte, wpe, B, T, C); }));
     add("encoder_backward", 1, 3.0 * NC * 2 + 4.0 * N, 0,
         time_ms([&] { encoder_backward(dwte, dwpe, layer_scratch, dx, tokens, B, T, C); }));
-    add("layernorm_forward", 2 * L + 1, 2.0 * NC * 2 + 8.0 * N, 0,
+    // a step's forward: layer 0's ln1 alone, every other layernorm with the residual add
+    // before it (2 per layer: ln2, then the next ln1 or lnf)
+    add("layernorm_forward", 1, 2.0 * NC * 2 + 8.0 * N, 0,
         time_ms([&] { layernorm_forward(y, mean, rstd, x, lnw, lnb, N, C); }));
     add("layernorm_backward", 2 * L + 1, 4.0 * NC * 2 + 8.0 * N, 0,
         time_ms([&] {
             layernorm_backward(dx, dw, dbias, layer_scratch, dy, x, lnw, mean, rstd, N, C);
         }));
+    add("layernorm_residual_forward", 2 * L, 4.0 * NC * 2 + 8.0 * N, 0,
+        time_ms([&] { layernorm_residual_forward(dy, y, mean, rstd, x, dx, lnw, lnb, N, C); }));
 
     struct { const char *fwd, *bwd; int in, out; bool has_bias; int per_step; floatX *inp, *outp; } mm[] = {
         {"matmul_forward qkv", "matmul_backward qkv", C, 3 * C, true, L, y, qkv},
@@ -176,7 +180,6 @@ static void bench_batch(int B) {
 
     add("gelu_forward", L, 2.0 * NC * 4 * 2, 0, time_ms([&] { gelu_forward(hg, h, NC * 4); }));
     add("gelu_backward", L, 3.0 * NC * 4 * 2, 0, time_ms([&] { gelu_backward(dh, h, dh, NC * 4); }));
-    add("residual_forward", 2 * L, 3.0 * NC * 2, 0, time_ms([&] { residual_forward(y, x, dx, NC); }));
 
     {
         void *saved = dev_malloc(attention_saved_size(B, T, NH, HS), "attention saved");
