@@ -139,6 +139,8 @@ static void allocate_parameters(GPT2 *model) {
     model->grads_memory = dev_malloc(padded * sizeof(floatX), "gradients");
     dev_memset_zero(model->params_memory + n, (padded - n) * sizeof(floatX));
     dev_memset_zero(model->grads_memory, padded * sizeof(floatX));
+    model->loss = dev_malloc(2 * sizeof(float), "loss");
+    dev_memset_zero(model->loss, 2 * sizeof(float));
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
     if (sizeof(floatX) != sizeof(float))
@@ -412,9 +414,6 @@ int gpt2_allocate_activations(GPT2 *model, int B, int T) {
 #define POINT(name, type, ...) a->name = (type *)(base + offsets[ACT_##name]);
     GPT2_ACTIVATIONS(POINT, POINT, POINT)
 #undef POINT
-    free(model->host_losses);
-    model->host_losses = malloc((size_t)act_B * act_T * sizeof(float));
-    if (!model->host_losses) die("out of host memory for the losses");
     return 0;
 }
 
@@ -435,31 +434,40 @@ static void ensure_activations(GPT2 *model, int B, int T) {
 // ----------------------------------------------------------------------------------------
 // forward
 
+// checked on the host, then uploaded in stream order without waiting for the device
 static void upload_tokens(int *dst, const int *src, size_t n, int V, const char *what) {
     for (size_t i = 0; i < n; i++)
         if (src[i] < 0 || src[i] >= V)
             die("%s token %zu is %d, outside the vocabulary [0, %d)", what, i, src[i], V);
-    dev_upload(dst, src, n * sizeof(int));
+    dev_upload_async(dst, src, n * sizeof(int));
 }
 
-// the forward pass; with targets, the loss (and, when dloss != 0, dlogits in place of logits)
+// the forward pass; with targets, the mean loss in model->loss[0] (added to model->loss[1]
+// when dloss != 0, a training micro-batch, which also leaves dlogits in place of logits)
 // ----------------------------------------------------------------------------------------
 // the transformer block: the forward (training and decoding), then the backward (training)
 
 void block_forward(const LayerParams *w, const BlockBuffers *x, const floatX *residual,
                    BlockAttention attention, int N, int C) {
     // attention block: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-    layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual, w->ln1w, w->ln1b, N, C);
+    if (!x->ln1_done)
+        layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual, w->ln1w, w->ln1b, N, C);
     matmul_forward(x->qkv, x->ln1, w->qkvw, w->qkvb, N, C, 3 * C);
     attention.run(attention.ctx, x->atty, x->qkv);
     matmul_forward(x->proj, x->atty, w->attprojw, w->attprojb, N, C, C);
-    residual_forward(x->residual2, residual, x->proj, (size_t)N * C);
-    // MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-    layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2, w->ln2w, w->ln2b, N, C);
+    // MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))); the residual add
+    // and ln2 in one pass
+    layernorm_residual_forward(x->residual2, x->ln2, x->ln2_mean, x->ln2_rstd, residual, x->proj,
+                               w->ln2w, w->ln2b, N, C);
     matmul_forward(x->fch, x->ln2, w->fcw, w->fcb, N, C, 4 * C);
     gelu_forward(x->fch_gelu, x->fch, (size_t)N * 4 * C);
     matmul_forward(x->proj, x->fch_gelu, w->fcprojw, w->fcprojb, N, 4 * C, C);
-    residual_forward(x->residual3, x->residual2, x->proj, (size_t)N * C);
+    const LayerNormOut *next = &x->next;
+    if (next->out)   // the last residual add and the layernorm after the block, in one pass
+        layernorm_residual_forward(x->residual3, next->out, next->mean, next->rstd, x->residual2,
+                                   x->proj, next->weight, next->bias, N, C);
+    else
+        residual_forward(x->residual3, x->residual2, x->proj, (size_t)N * C);
 }
 
 // a training layer's buffers: its own activations, the model's shared projection scratch
@@ -481,7 +489,7 @@ static void train_attention(void *ctx, floatX *atty, const floatX *qkv) {
     attention_forward(atty, a->saved, a->scratch, qkv, a->B, a->T, a->NH, a->HS);
 }
 
-static float forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss) {
+static void forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss) {
     ensure_activations(model, B, T);
     model->last_B = B;
     model->last_T = T;
@@ -491,31 +499,39 @@ static float forward(GPT2 *model, const int *inputs, const int *targets, int B, 
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
     upload_tokens(a.inputs, inputs, N, V, "input");
+    if (targets) upload_tokens(a.targets, targets, N, V, "target");   // both before any kernel
 
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C);
+    // layer 0's ln1; each later layernorm (ln1 of layer l + 1, then lnf) is made by block l
+    // with the residual add before it
+    LayerActs x0 = gpt2_layer_acts(model, 0);
+    LayerParams w0 = gpt2_layer_params(&p, C, 0);
+    layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, a.encoded, w0.ln1w, w0.ln1b, N, C);
     for (int l = 0; l < L; l++) {
         LayerParams w = gpt2_layer_params(&p, C, l);
         LayerActs x = gpt2_layer_acts(model, l);
         floatX *residual = l == 0 ? a.encoded : gpt2_layer_acts(model, l - 1).residual3;
         BlockBuffers buf = layer_buffers(&x, a.scratch_c);
+        buf.ln1_done = 1;
+        if (l + 1 < L) {
+            LayerActs xn = gpt2_layer_acts(model, l + 1);
+            LayerParams wn = gpt2_layer_params(&p, C, l + 1);
+            buf.next = (LayerNormOut){xn.ln1, xn.ln1_mean, xn.ln1_rstd, wn.ln1w, wn.ln1b};
+        } else {
+            buf.next = (LayerNormOut){a.lnf, a.lnf_mean, a.lnf_rstd, p.lnfw, p.lnfb};
+        }
         TrainAttention att = {x.att_saved, a.att_scratch, B, T, NH, HS};
         block_forward(&w, &buf, residual, (BlockAttention){train_attention, &att}, N, C);
     }
-    floatX *last = gpt2_layer_acts(model, L - 1).residual3;
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, N, C);
     matmul_forward(a.logits, a.lnf, p.wte, NULL, N, C, Vp);   // tied LM head
-    if (!targets) return -1.0f;
-
-    upload_tokens(a.targets, targets, N, V, "target");
+    if (!targets) return;
     crossentropy_forward_backward(a.logits, a.losses, a.targets, N, V, Vp, dloss);
-    dev_download(model->host_losses, a.losses, (size_t)N * sizeof(float));
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += model->host_losses[i];
-    return (float)(sum / N);
+    crossentropy_loss_mean(&model->loss[0], dloss != 0.0f ? &model->loss[1] : NULL, a.losses, N);
 }
 
 float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
-    return forward(model, inputs, targets, B, T, 0.0f);
+    forward(model, inputs, targets, B, T, 0.0f);
+    return targets ? dev_read_float(&model->loss[0]) : -1.0f;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -581,15 +597,18 @@ static void backward(GPT2 *model) {
     encoder_backward(g.wte, g.wpe, a.encoder_scratch, a.dresidual, a.inputs, B, T, C);
 }
 
-float gpt2_forward_backward(GPT2 *model, const int *inputs, const int *targets, int B, int T,
-                            float loss_scale) {
-    float loss = forward(model, inputs, targets, B, T, loss_scale / (float)(B * T));
+void gpt2_forward_backward(GPT2 *model, const int *inputs, const int *targets, int B, int T,
+                           float loss_scale) {
+    if (!targets) die("internal error: gpt2_forward_backward without targets");
+    forward(model, inputs, targets, B, T, loss_scale / (float)(B * T));
     backward(model);
-    return loss;
 }
+
+float gpt2_loss_sum(const GPT2 *model) { return dev_read_float(&model->loss[1]); }
 
 void gpt2_zero_grad(GPT2 *model) {
     dev_memset_zero(model->grads_memory, padded_parameters(model) * sizeof(floatX));
+    dev_memset_zero(model->loss, 2 * sizeof(float));
 }
 
 // ----------------------------------------------------------------------------------------
@@ -619,9 +638,8 @@ float gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps,
     dev_memset_zero(model->grad_sumsq, sizeof(float));
     grad_sumsq(model->grad_sumsq, model->grads_memory + start, shard);   // the padding is 0
     comm_allreduce_sum(model->grad_sumsq, 1, COMM_FLOAT);
-    float norm = sqrtf(dev_read_float(model->grad_sumsq));
-    if (!isfinite(norm)) return norm;   // the caller reports it; parameters stay as they were
-    float grad_scale = (max_grad_norm > 0.0f && norm > max_grad_norm) ? max_grad_norm / norm : 1.0f;
+    // AdamW reads the sum of squares from device memory and clips by it, or updates nothing
+    // when the norm is not finite: no wait for the norm between the two
     // each tensor's part inside this rank's shard [start, start + shard): elements [lo, hi)
     size_t offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
@@ -632,12 +650,13 @@ float gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps,
             float *master = model->master_weights ? model->master_weights + (lo - start) : NULL;
             adamw_update(model->params_memory + lo, master, model->grads_memory + lo,
                          model->adam_m + (lo - start), model->adam_v + (lo - start), hi - lo, lr,
-                         beta1, beta2, eps, param_decays[i] ? weight_decay : 0.0f, grad_scale, step);
+                         beta1, beta2, eps, param_decays[i] ? weight_decay : 0.0f,
+                         model->grad_sumsq, max_grad_norm, step);
         }
         offset += size;
     }
     comm_all_gather(model->params_memory, shard, COMM_FLOATX);
-    return norm;
+    return sqrtf(dev_read_float(model->grad_sumsq));   // the step's one wait, at its end
 }
 
 void gpt2_logits_at(const GPT2 *model, int b, int t, float *out_host) {
@@ -771,7 +790,7 @@ void gpt2_free(GPT2 *model) {
     if (model->adam_m) dev_free(model->adam_m);
     if (model->adam_v) dev_free(model->adam_v);
     if (model->grad_sumsq) dev_free(model->grad_sumsq);
+    dev_free(model->loss);
     if (model->acts_memory) dev_free(model->acts_memory);
-    free(model->host_losses);
     memset(model, 0, sizeof(*model));
 }

@@ -113,13 +113,14 @@ typedef struct {
     float *adam_m;           // (shard_size) AdamW first moment, allocated at first update
     float *adam_v;           // (shard_size) AdamW second moment
     float *grad_sumsq;       // (1) device scratch for the global gradient norm
+    float *loss;             // (2) device: the last pass's mean loss, then the sum of the mean
+                             // losses of the micro-batches since gpt2_zero_grad
     ActivationTensors acts;
     size_t act_bytes[NUM_ACTIVATION_TENSORS];
     void *acts_memory;
     int recompute;           // RECOMPUTE_NONE (0), _GELU (1) or _LAYERNORM (2)
     int act_B, act_T;        // the (B, T) the activations are sized for; 0 before the first pass
     int last_B, last_T;      // the (B, T) of the last forward pass
-    float *host_losses;      // (act_B * act_T) host copy of losses
 } GPT2;
 
 // Arenas (gpt2.c, used by gpt2_decode.c too): n tensors of bytes[i] bytes each in one
@@ -170,9 +171,21 @@ LayerActs gpt2_layer_acts(const GPT2 *model, int l);
 // channels. BlockBuffers says where each intermediate goes: training keeps them per layer
 // (LayerActs), a decode step reuses one small set (KVCache). `proj` holds each projection's
 // output before its residual add; residual3 may be the input x (read only before it is written).
+// Training also fuses each residual add into the layernorm after it (layernorm_residual_forward):
+// the block's ln1 is then made before the block (ln1_done: by the caller for layer 0, by the
+// block before for the others), and `next` names the layernorm after the block (the next
+// block's ln1, or lnf), which the block's last residual add makes. Decoding leaves both zero:
+// the block makes its own ln1 and ends with residual3.
+typedef struct {
+    floatX *out;                    // (N, C)
+    float *mean, *rstd;             // (N)
+    const floatX *weight, *bias;    // (C)
+} LayerNormOut;
 typedef struct {
     floatX *ln1, *qkv, *atty, *proj, *residual2, *ln2, *fch, *fch_gelu, *residual3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    int ln1_done;          // ln1, ln1_mean, ln1_rstd already hold the layernorm of the input
+    LayerNormOut next;     // next.out NULL: no layernorm after the block
 } BlockBuffers;
 // The attention between qkv (N, 3C) and atty (N, C): the causal attention of a training batch
 // (gpt2.c) or a decode step's against its KV cache (gpt2_decode.c).
@@ -184,17 +197,25 @@ void block_forward(const LayerParams *w, const BlockBuffers *x, const floatX *re
                    BlockAttention attention, int N, int C);
 
 // Forward pass on inputs (B, T) host token ids. With targets (B, T), returns the mean
-// cross-entropy loss; without (NULL), returns -1 and leaves the logits in acts.logits.
+// cross-entropy loss (waiting for the device to compute it); without (NULL), returns -1 and
+// leaves the logits in acts.logits.
 float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T);
 // Forward and backward of one micro-batch: parameter gradients are accumulated (+=) with the
-// loss scaled by loss_scale (1 / gradient-accumulation steps). Returns the mean loss.
-float gpt2_forward_backward(GPT2 *model, const int *inputs, const int *targets, int B, int T,
-                            float loss_scale);
+// loss scaled by loss_scale (1 / gradient-accumulation steps), and the micro-batch's mean loss
+// is added to the loss sum on the device. It returns without waiting for the device: a step
+// launches its micro-batches and its update back to back, and reads the loss at its end.
+void gpt2_forward_backward(GPT2 *model, const int *inputs, const int *targets, int B, int T,
+                           float loss_scale);
+// The sum of the mean losses of the micro-batches since gpt2_zero_grad (waits for the device).
+float gpt2_loss_sum(const GPT2 *model);
+// Zeroes the gradients and the loss sum, which the micro-batches of a step accumulate.
 void gpt2_zero_grad(GPT2 *model);
 // Global gradient norm, then AdamW on every parameter with the gradient scaled so that its
 // norm is at most max_grad_norm (no clipping when max_grad_norm <= 0). Weight decay applies
 // to the 2-D weight matrices only (wte, wpe, qkvw, attprojw, fcw, fcprojw). step is 1-based.
-// Returns the gradient norm before clipping. With several ranks it is collective: gradients
+// Returns the gradient norm before clipping, read once all of it is launched (the device
+// computes the clip scale itself, so nothing waits in between); when the norm is not finite
+// the parameters and moments stay as they were and the caller reports it. With several ranks it is collective: gradients
 // are summed over the ranks (so the loss_scale given to gpt2_forward_backward should hold the
 // 1/world of the average), each rank updates its shard, and all ranks get all parameters back.
 float gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps,

@@ -905,17 +905,17 @@ static void train_step(const Options *o, Run *r, int step) {
     GPT2 *model = &r->model;
     double t0 = wall_seconds();
     gpt2_zero_grad(model);
-    double loss = 0.0;
+    // the micro-batches and the update go to the device back to back: nothing in between waits
+    // for it (the losses and the norm stay on the device until the end of the step)
     for (int micro = 0; micro < r->grad_accum; micro++) {
         dataloader_next_batch(&r->train);
         // 1/global_micro: the gradients summed over micro-steps and ranks are their mean
-        loss += gpt2_forward_backward(model, r->train.inputs, r->train.targets, o->B, o->T,
-                                      1.0f / r->global_micro);
+        gpt2_forward_backward(model, r->train.inputs, r->train.targets, o->B, o->T,
+                              1.0f / r->global_micro);
     }
-    loss = comm_allreduce_sum_host(loss) / r->global_micro;
     float lr = learning_rate(o, step, r->max_steps);
     float norm = gpt2_update(model, lr, 0.9f, 0.95f, 1e-8f, o->weight_decay, o->max_grad_norm, step + 1);
-    dev_synchronize();
+    double loss = comm_allreduce_sum_host(gpt2_loss_sum(model)) / r->global_micro;
     double ms = (wall_seconds() - t0) * 1e3;
     if (!isfinite(loss) || !isfinite(norm))
         die("training diverged at step %d (loss %f, gradient norm %f): try a lower learning "

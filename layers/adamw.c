@@ -12,10 +12,13 @@ void grad_sumsq(float *out, const floatX *grads, size_t n) {
     *out = (float)((double)*out + sum);
 }
 
-// params (n), master (n) or NULL, grads (n), m (n), v (n)
+// params (n), master (n) or NULL, grads (n), m (n), v (n), grad_sumsq (1)
 void adamw_update(floatX *params, float *master, const floatX *grads, float *m, float *v,
                   size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int t) {
+                  const float *grad_sumsq, float max_grad_norm, int t) {
+    float norm = sqrtf(*grad_sumsq);
+    if (!isfinite(norm)) return;   // the caller reports it; parameters stay as they were
+    float grad_scale = (max_grad_norm > 0.0f && norm > max_grad_norm) ? max_grad_norm / norm : 1.0f;
     float beta1_correction = 1.0f - (float)pow(beta1, t);
     float beta2_correction = 1.0f - (float)pow(beta2, t);
     #pragma omp parallel for

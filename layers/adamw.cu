@@ -10,14 +10,24 @@
 #include <math.h>
 
 struct AdamWArgs {
-    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    float lr, beta1, beta2, eps, weight_decay, max_grad_norm;
     float bias_correction1, bias_correction2;   // 1 - beta^t
 };
 
-// one parameter: p, m, v updated in place from gradient g
+// The clip scale from the gradient's sum of squares, as the host computed it before it moved
+// here (so that no step waits for the norm): IEEE square root and division (__fsqrt_rn,
+// __fdiv_rn), which --use_fast_math would otherwise approximate. Not finite: no update.
+__device__ __forceinline__ bool clip_scale(float &scale, const float *grad_sumsq, const AdamWArgs &a) {
+    const float norm = __fsqrt_rn(*grad_sumsq);
+    if (!isfinite(norm)) return false;
+    scale = (a.max_grad_norm > 0.0f && norm > a.max_grad_norm) ? __fdiv_rn(a.max_grad_norm, norm) : 1.0f;
+    return true;
+}
+
+// one parameter: p, m, v updated in place from gradient g, scaled by grad_scale
 __device__ __forceinline__ void adamw_element(float &p, float g, float &m, float &v,
-                                              const AdamWArgs &a) {
-    g *= a.grad_scale;
+                                              float grad_scale, const AdamWArgs &a) {
+    g *= grad_scale;
     m = a.beta1 * m + (1.0f - a.beta1) * g;
     v = a.beta2 * v + (1.0f - a.beta2) * g * g;
     const float m_hat = m / a.bias_correction1, v_hat = v / a.bias_correction2;
@@ -47,7 +57,10 @@ __device__ __forceinline__ void store_f32(float *dst, const float (&src)[VEC]) {
 template <int VEC, bool MASTER>
 __global__ void adamw_kernel(bf16 *__restrict__ params, float *__restrict__ master,
                              const bf16 *__restrict__ grads, float *__restrict__ m,
-                             float *__restrict__ v, size_t n, AdamWArgs a) {
+                             float *__restrict__ v, size_t n,
+                             const float *__restrict__ grad_sumsq, AdamWArgs a) {
+    float grad_scale;
+    if (!clip_scale(grad_scale, grad_sumsq, a)) return;
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (i + VEC <= n) {
         float p[VEC], g[VEC], mv[VEC], vv[VEC];
@@ -57,7 +70,7 @@ __global__ void adamw_kernel(bf16 *__restrict__ params, float *__restrict__ mast
         load_f32<VEC>(mv, m + i);
         load_f32<VEC>(vv, v + i);
 #pragma unroll
-        for (int k = 0; k < VEC; k++) adamw_element(p[k], g[k], mv[k], vv[k], a);
+        for (int k = 0; k < VEC; k++) adamw_element(p[k], g[k], mv[k], vv[k], grad_scale, a);
         if constexpr (MASTER) store_f32<VEC>(master + i, p);
         store_bf16<VEC>(params + i, p);
         store_f32<VEC>(m + i, mv);
@@ -66,7 +79,7 @@ __global__ void adamw_kernel(bf16 *__restrict__ params, float *__restrict__ mast
         for (; i < n; i++) {
             float p = MASTER ? master[i] : __bfloat162float(params[i]);
             float mi = m[i], vi = v[i];
-            adamw_element(p, __bfloat162float(grads[i]), mi, vi, a);
+            adamw_element(p, __bfloat162float(grads[i]), mi, vi, grad_scale, a);
             if (MASTER) master[i] = p;
             params[i] = __float2bfloat16_rn(p);
             m[i] = mi;
@@ -77,27 +90,27 @@ __global__ void adamw_kernel(bf16 *__restrict__ params, float *__restrict__ mast
 
 template <bool MASTER>
 static void adamw_launch(floatX *params, float *master, const floatX *grads, float *m, float *v,
-                         size_t n, const AdamWArgs &a) {
+                         size_t n, const float *grad_sumsq, const AdamWArgs &a) {
     const int threads = 256;
     const bool vec4 = ((uintptr_t)params & 7) == 0 && ((uintptr_t)grads & 7) == 0 &&
                       is_aligned16(m) && is_aligned16(v) && (!MASTER || is_aligned16(master));
     if (vec4)
         adamw_kernel<4, MASTER><<<ceil_div(ceil_div(n, 4), threads), threads, 0, cuda_stream>>>(
-            BF(params), master, CBF(grads), m, v, n, a);
+            BF(params), master, CBF(grads), m, v, n, grad_sumsq, a);
     else
         adamw_kernel<1, MASTER><<<ceil_div(n, threads), threads, 0, cuda_stream>>>(
-            BF(params), master, CBF(grads), m, v, n, a);
+            BF(params), master, CBF(grads), m, v, n, grad_sumsq, a);
     LAUNCH_CHECK();
 }
 
 void adamw_update(floatX *params, float *master, const floatX *grads, float *m, float *v,
                   size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int t) {
+                  const float *grad_sumsq, float max_grad_norm, int t) {
     if (n == 0) return;
-    AdamWArgs a = {lr, beta1, beta2, eps, weight_decay, grad_scale,
+    AdamWArgs a = {lr, beta1, beta2, eps, weight_decay, max_grad_norm,
                    1.0f - powf(beta1, (float)t), 1.0f - powf(beta2, (float)t)};
-    if (master) adamw_launch<true>(params, master, grads, m, v, n, a);
-    else adamw_launch<false>(params, master, grads, m, v, n, a);
+    if (master) adamw_launch<true>(params, master, grads, m, v, n, grad_sumsq, a);
+    else adamw_launch<false>(params, master, grads, m, v, n, grad_sumsq, a);
 }
 
 // ----------------------------------------------------------------------------------------

@@ -39,3 +39,11 @@ void crossentropy_forward_backward(floatX *logits, float *losses, const int *tar
         losses[i] = (float)log(sum) - (target_logit - maxval);
     }
 }
+
+// mean (1), sum (1) or NULL, losses (N)
+void crossentropy_loss_mean(float *mean, float *sum, const float *losses, int N) {
+    double total = 0.0;
+    for (int i = 0; i < N; i++) total += losses[i];
+    *mean = (float)(total / N);
+    if (sum) *sum += *mean;
+}

@@ -131,3 +131,28 @@ void crossentropy_forward_backward(floatX *logits, float *losses, const int *tar
     else
         crossentropy_launch<1>(logits, losses, targets, N, V, Vp, dloss);
 }
+
+// One block: 65,536 losses (B=64, T=1024) are 256 KB, a few microseconds for one SM, and one
+// block sums in the same order every run without a second pass. Double, as the host summed.
+enum { LOSS_MEAN_THREADS = 1024 };
+
+__global__ void __launch_bounds__(LOSS_MEAN_THREADS)
+    loss_mean_kernel(float *mean, float *sum, const float *__restrict__ losses, int N) {
+    __shared__ double warp_sums[LOSS_MEAN_THREADS / 32];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < N; i += LOSS_MEAN_THREADS) acc += losses[i];
+    for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    double total = 0.0;
+    for (int w = 0; w < LOSS_MEAN_THREADS / 32; w++) total += warp_sums[w];
+    const float m = (float)(total / N);
+    *mean = m;
+    if (sum) *sum += m;
+}
+
+void crossentropy_loss_mean(float *mean, float *sum, const float *losses, int N) {
+    loss_mean_kernel<<<1, LOSS_MEAN_THREADS, 0, cuda_stream>>>(mean, sum, losses, N);
+    LAUNCH_CHECK();
+}

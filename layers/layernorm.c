@@ -6,27 +6,46 @@
 
 #define LAYERNORM_EPS 1e-5f
 
+// One row: out (C), *mean, *rstd from x (C). Not inlined, so that both entry points run one
+// compiled copy of it (the same vectorised sums): a layernorm recomputed from a stored residual
+// gets the bits the fused residual pass gave.
+__attribute__((noinline)) static void layernorm_row(float *o, float *mean, float *rstd,
+                                                    const float *x, const floatX *weight,
+                                                    const floatX *bias, int C) {
+    float sum = 0.0f;
+    #pragma omp simd reduction(+:sum)
+    for (int c = 0; c < C; c++) sum += x[c];
+    float m = sum / C;
+    float sumsq = 0.0f;
+    #pragma omp simd reduction(+:sumsq)
+    for (int c = 0; c < C; c++) {
+        float d = x[c] - m;
+        sumsq += d * d;
+    }
+    float s = 1.0f / sqrtf(sumsq / C + LAYERNORM_EPS);
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    *mean = m;
+    *rstd = s;
+}
+
 // out (N,C), mean (N), rstd (N), inp (N,C), weight (C), bias (C)
 void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
                        const floatX *weight, const floatX *bias, int N, int C) {
     #pragma omp parallel for
+    for (int i = 0; i < N; i++)
+        layernorm_row(out + (size_t)i * C, &mean[i], &rstd[i], inp + (size_t)i * C, weight, bias, C);
+}
+
+// residual (N,C) = a + b (may alias a), then out (N,C), mean (N), rstd (N) of it
+void layernorm_residual_forward(floatX *residual, floatX *out, float *mean, float *rstd,
+                                const floatX *a, const floatX *b, const floatX *weight,
+                                const floatX *bias, int N, int C) {
+    #pragma omp parallel for
     for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float sum = 0.0f;
-        #pragma omp simd reduction(+:sum)
-        for (int c = 0; c < C; c++) sum += x[c];
-        float m = sum / C;
-        float sumsq = 0.0f;
-        #pragma omp simd reduction(+:sumsq)
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            sumsq += d * d;
-        }
-        float s = 1.0f / sqrtf(sumsq / C + LAYERNORM_EPS);
-        float *o = out + (size_t)i * C;
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
-        mean[i] = m;
-        rstd[i] = s;
+        float *r = residual + (size_t)i * C;
+        const float *ai = a + (size_t)i * C, *bi = b + (size_t)i * C;
+        for (int c = 0; c < C; c++) r[c] = ai[c] + bi[c];
+        layernorm_row(out + (size_t)i * C, &mean[i], &rstd[i], r, weight, bias, C);
     }
 }
 

@@ -1,4 +1,5 @@
-// layernorm.cu: per-row layer normalisation, forward and backward, one warp per row.
+// layernorm.cu: per-row layer normalisation, forward (optionally with the residual add before
+// it fused in) and backward, one warp per row.
 // Row statistics in fp32 by two passes over the row (mean, then variance about the mean; the
 // second and third reads of a row hit L1). The weight and bias gradients are reduced
 // deterministically: per-warp accumulators in shared memory, per-block partial sums in a
@@ -11,29 +12,54 @@
 static const float LAYERNORM_EPS = 1e-5f;
 enum { LN_UNROLL = 4 };
 
+// x = a, or with add (not NULL) the residual add fused in: x = bf16(a + add), rounded as
+// residual_forward rounds it, written to residual in the last pass (so residual may alias a:
+// each element is read by the thread that writes it, before it writes it). One kernel for both,
+// the add a branch that is the same for every thread, so that the statistics and the output
+// are computed by the very same instructions: the layernorm of a stored residual (the
+// recomputation in backward) gets the same bits as the fused pass that stored it.
 template <int VEC>
-__global__ void layernorm_forward_kernel(bf16 *__restrict__ out, float *__restrict__ mean,
-                                         float *__restrict__ rstd, const bf16 *__restrict__ inp,
+__device__ __forceinline__ void row_values(float (&xv)[VEC], typename BF16Raw<VEC>::type a_raw,
+                                           typename BF16Raw<VEC>::type add_raw, bool add) {
+    unpack_bf16<VEC>(xv, a_raw);
+    if (add) {
+        float yv[VEC];
+        unpack_bf16<VEC>(yv, add_raw);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) xv[k] = __bfloat162float(__float2bfloat16_rn(xv[k] + yv[k]));
+    }
+}
+
+template <int VEC>
+__global__ void layernorm_forward_kernel(bf16 *residual, bf16 *__restrict__ out,
+                                         float *__restrict__ mean, float *__restrict__ rstd,
+                                         const bf16 *a, const bf16 *__restrict__ add,
                                          const bf16 *__restrict__ weight,
                                          const bf16 *__restrict__ bias, int N, int C) {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
-    const bf16 *x = inp + (size_t)row * C;
+    const bool has_add = add != nullptr;
+    const bf16 *x = a + (size_t)row * C;
+    const bf16 *y = has_add ? add + (size_t)row * C : x;   // y: read only when has_add
     const int nvec = C / VEC;
+    typedef typename BF16Raw<VEC>::type Raw;
 
     // the one pass that reads from DRAM: LN_UNROLL vectors per lane in flight at once
     float sum = 0.0f;
     for (int base = lane; base < nvec; base += 32 * LN_UNROLL) {
-        typename BF16Raw<VEC>::type raw[LN_UNROLL];
+        Raw raw[LN_UNROLL], raw_add[LN_UNROLL] = {};
 #pragma unroll
         for (int u = 0; u < LN_UNROLL; u++)
-            if (base + 32 * u < nvec) raw[u] = load_bf16_raw<VEC>(x + (base + 32 * u) * VEC);
+            if (base + 32 * u < nvec) {
+                raw[u] = load_bf16_raw<VEC>(x + (base + 32 * u) * VEC);
+                if (has_add) raw_add[u] = load_bf16_raw<VEC>(y + (base + 32 * u) * VEC);
+            }
 #pragma unroll
         for (int u = 0; u < LN_UNROLL; u++) {
             if (base + 32 * u >= nvec) break;
             float xv[VEC];
-            unpack_bf16<VEC>(xv, raw[u]);
+            row_values<VEC>(xv, raw[u], raw_add[u], has_add);
 #pragma unroll
             for (int k = 0; k < VEC; k++) sum += xv[k];
         }
@@ -43,21 +69,25 @@ __global__ void layernorm_forward_kernel(bf16 *__restrict__ out, float *__restri
     float sumsq = 0.0f;
     for (int v = lane; v < nvec; v += 32) {
         float xv[VEC];
-        load_bf16<VEC>(xv, x + v * VEC);
+        row_values<VEC>(xv, load_bf16_raw<VEC>(x + v * VEC),
+                        has_add ? load_bf16_raw<VEC>(y + v * VEC) : Raw{}, has_add);
 #pragma unroll
         for (int k = 0; k < VEC; k++) sumsq += (xv[k] - m) * (xv[k] - m);
     }
     const float s = rsqrtf(warp_allreduce_sum(sumsq) / C + LAYERNORM_EPS);
 
     bf16 *o = out + (size_t)row * C;
+    bf16 *r = has_add ? residual + (size_t)row * C : nullptr;
     for (int v = lane; v < nvec; v += 32) {
-        float xv[VEC], w[VEC], b[VEC], y[VEC];
-        load_bf16<VEC>(xv, x + v * VEC);
+        float xv[VEC], w[VEC], b[VEC], yv[VEC];
+        row_values<VEC>(xv, load_bf16_raw<VEC>(x + v * VEC),
+                        has_add ? load_bf16_raw<VEC>(y + v * VEC) : Raw{}, has_add);
+        if (has_add) store_bf16<VEC>(r + v * VEC, xv);   // already bf16 values: stored exactly
         load_bf16<VEC>(w, weight + v * VEC);
         load_bf16<VEC>(b, bias + v * VEC);
 #pragma unroll
-        for (int k = 0; k < VEC; k++) y[k] = (xv[k] - m) * s * w[k] + b[k];
-        store_bf16<VEC>(o + v * VEC, y);
+        for (int k = 0; k < VEC; k++) yv[k] = (xv[k] - m) * s * w[k] + b[k];
+        store_bf16<VEC>(o + v * VEC, yv);
     }
     if (lane == 0) {
         if (mean) mean[row] = m;
@@ -65,19 +95,32 @@ __global__ void layernorm_forward_kernel(bf16 *__restrict__ out, float *__restri
     }
 }
 
-void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
-                       const floatX *weight, const floatX *bias, int N, int C) {
+// both entry points: add and residual NULL for the plain layernorm
+static void layernorm_forward_launch(floatX *residual, floatX *out, float *mean, float *rstd,
+                                     const floatX *a, const floatX *add, const floatX *weight,
+                                     const floatX *bias, int N, int C) {
     const int threads = 256, rows_per_block = threads / 32;
-    const bool vec8 = C % 8 == 0 && is_aligned16(out) && is_aligned16(inp) &&
-                      is_aligned16(weight) && is_aligned16(bias);
+    const bool vec8 = C % 8 == 0 && is_aligned16(out) && is_aligned16(a) && is_aligned16(weight) &&
+                      is_aligned16(bias) && (!add || (is_aligned16(add) && is_aligned16(residual)));
     const int blocks = ceil_div(N, rows_per_block);
     if (vec8)
         layernorm_forward_kernel<8><<<blocks, threads, 0, cuda_stream>>>(
-            BF(out), mean, rstd, CBF(inp), CBF(weight), CBF(bias), N, C);
+            BF(residual), BF(out), mean, rstd, CBF(a), CBF(add), CBF(weight), CBF(bias), N, C);
     else
         layernorm_forward_kernel<1><<<blocks, threads, 0, cuda_stream>>>(
-            BF(out), mean, rstd, CBF(inp), CBF(weight), CBF(bias), N, C);
+            BF(residual), BF(out), mean, rstd, CBF(a), CBF(add), CBF(weight), CBF(bias), N, C);
     LAUNCH_CHECK();
+}
+
+void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
+                       const floatX *weight, const floatX *bias, int N, int C) {
+    layernorm_forward_launch(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C);
+}
+
+void layernorm_residual_forward(floatX *residual, floatX *out, float *mean, float *rstd,
+                                const floatX *a, const floatX *b, const floatX *weight,
+                                const floatX *bias, int N, int C) {
+    layernorm_forward_launch(residual, out, mean, rstd, a, b, weight, bias, N, C);
 }
 
 // ----------------------------------------------------------------------------------------

@@ -54,6 +54,14 @@ void encoder_backward(floatX *dwte, floatX *dwpe, void *scratch, const floatX *d
 // out (N,C), mean (N) fp32, rstd (N) fp32, inp (N,C), weight (C), bias (C)
 void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
                        const floatX *weight, const floatX *bias, int N, int C);
+// The residual add and the layernorm after it, in one pass over memory (4 tensors of N x C
+// moved instead of residual_forward's 3 and layernorm_forward's 2): residual = a + b, then
+// out, mean, rstd = layernorm_forward of residual, with the very bits those two calls give
+// (so a layernorm recomputed from the stored residual matches it). residual may alias a.
+// residual (N,C), out (N,C), mean (N), rstd (N), a (N,C), b (N,C), weight (C), bias (C)
+void layernorm_residual_forward(floatX *residual, floatX *out, float *mean, float *rstd,
+                                const floatX *a, const floatX *b, const floatX *weight,
+                                const floatX *bias, int N, int C);
 // dinp (N,C) += , dweight (C) +=, dbias (C) +=
 // scratch: layernorm_backward_scratch_size(N, C) bytes (CUDA: per-block partial sums of
 // dweight and dbias, added in a fixed order)
@@ -92,6 +100,10 @@ void residual_forward(floatX *out, const floatX *a, const floatX *b, size_t n);
 // logits (N,Vp) in/out, losses (N) fp32 out, targets (N) int32
 void crossentropy_forward_backward(floatX *logits, float *losses, const int *targets,
                                    int N, int V, int Vp, float dloss);
+// The mean of the N losses, on the device so that nobody waits for it: *mean = sum / N, the
+// sum in double in a fixed order (the same bits every run); when sum is not NULL, also
+// *sum += *mean (the mean losses of the micro-batches of a step). mean, sum: one fp32 each.
+void crossentropy_loss_mean(float *mean, float *sum, const float *losses, int N);
 
 // Attention of one new query per sequence against a KV cache, for generation (causal by
 // construction: the cache holds positions 0..len-1, the new token's own k, v included).
@@ -129,13 +141,17 @@ void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int
 void grad_sumsq(float *out, const floatX *grads, size_t n);
 // (dev_read_float, runtime/device.h, reads it back)
 
-// AdamW step on n parameters, with bias correction for step t (1-based) and gradient scale
-// grad_scale (global-norm clipping). Weight decay is decoupled: param -= lr * wd * param.
+// AdamW step on n parameters, with bias correction for step t (1-based) and global-norm
+// clipping read from device memory, so that the host need not wait for the norm: grad_sumsq
+// (one fp32) is the gradient's sum of squares over all parameters (grad_sumsq above); with
+// norm = sqrt(*grad_sumsq), the gradient is scaled by max_grad_norm / norm when max_grad_norm
+// > 0 and norm > max_grad_norm, and when norm is not finite nothing is updated (the caller
+// reports it). Weight decay is decoupled: param -= lr * wd * param.
 // master: fp32 master weights when floatX is not fp32 (then params is refreshed from it),
 // NULL on the CPU where params already are fp32. m, v: fp32 moments (n).
 void adamw_update(floatX *params, float *master, const floatX *grads, float *m, float *v,
                   size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int t);
+                  const float *grad_sumsq, float max_grad_norm, int t);
 
 #ifdef __cplusplus
 }

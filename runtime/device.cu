@@ -180,6 +180,36 @@ void dev_upload(void *dst, const void *src_host, size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
 }
 
+// Pinned staging for dev_upload_async: a few slots used in turn, each reused only once the copy
+// out of it has finished (its event; for a slot last used UPLOAD_SLOTS uploads ago that has long
+// happened, so the wait costs nothing). Pinned, because a pageable cudaMemcpyAsync is staged by
+// the driver and returns only when the copy is done, i.e. after all the stream's earlier work.
+// The slots grow to the largest upload seen and live as long as the process.
+enum { UPLOAD_SLOTS = 4 };
+static struct {
+    void *host;
+    size_t bytes;
+    cudaEvent_t done;   // recorded after the slot's last copy; NULL before its first
+} upload_slots[UPLOAD_SLOTS];
+static int upload_next = 0;
+
+void dev_upload_async(void *dst, const void *src_host, size_t bytes) {
+    if (bytes == 0) return;
+    ensure_backend();
+    auto &slot = upload_slots[upload_next];
+    upload_next = (upload_next + 1) % UPLOAD_SLOTS;
+    if (slot.done) CUDA_CHECK(cudaEventSynchronize(slot.done));
+    else CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+    if (slot.bytes < bytes) {
+        if (slot.host) CUDA_CHECK(cudaFreeHost(slot.host));
+        CUDA_CHECK(cudaMallocHost(&slot.host, bytes));
+        slot.bytes = bytes;
+    }
+    memcpy(slot.host, src_host, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, cuda_stream));
+    CUDA_CHECK(cudaEventRecord(slot.done, cuda_stream));
+}
+
 void dev_download(void *dst_host, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, cuda_stream));
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream));

@@ -57,6 +57,11 @@ void *dev_try_malloc(size_t bytes);
 void dev_free(void *p);
 void dev_memset_zero(void *p, size_t bytes);
 void dev_upload(void *dst, const void *src_host, size_t bytes);     // host -> device
+// host -> device in stream order, without waiting for the device: src is copied at once into
+// pinned memory the runtime keeps (so the caller may reuse it on return), and the device copies
+// it from there when its stream reaches the copy. For what a training step uploads (tokens), so
+// that the step never stops the host to wait for the device (CPU: a plain copy).
+void dev_upload_async(void *dst, const void *src_host, size_t bytes);
 void dev_download(void *dst_host, const void *src, size_t bytes);   // device -> host
 void dev_copy(void *dst, const void *src, size_t bytes);            // device -> device
 void dev_synchronize(void);

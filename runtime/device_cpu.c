@@ -109,6 +109,7 @@ void dev_memset_zero(void *p, size_t bytes) {
     }
 }
 void dev_upload(void *dst, const void *src_host, size_t bytes) { copy_bytes(dst, src_host, bytes); }
+void dev_upload_async(void *dst, const void *src_host, size_t bytes) { copy_bytes(dst, src_host, bytes); }
 void dev_download(void *dst_host, const void *src, size_t bytes) { copy_bytes(dst_host, src, bytes); }
 void dev_copy(void *dst, const void *src, size_t bytes) { copy_bytes(dst, src, bytes); }
 void dev_synchronize(void) {}

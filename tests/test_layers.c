@@ -542,6 +542,8 @@ static void crossentropy_bad_target(void) {
 
 static void test_adamw(size_t n, int use_master) {
     const float lr = 0.01f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f, grad_scale = 0.7f;
+    // a gradient of norm 1 clipped to 0.7: scaled by 0.7
+    const float grad_sumsq = 1.0f, max_grad_norm = 0.7f;
     float *params = random_array(n, 1.0f), *m = zero_array(n), *v = zero_array(n);
     float *master = NULL;
     double *p_ref = test_to_double(params, n), *m_ref = calloc(n, sizeof(double));
@@ -557,7 +559,8 @@ static void test_adamw(size_t n, int use_master) {
         if (use_master) {   // params must be refreshed from master, whatever they held
             for (size_t i = 0; i < n; i++) params[i] = NAN;
         }
-        adamw_update(params, master, grads, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+        adamw_update(params, master, grads, m, v, n, lr, beta1, beta2, eps, wd, &grad_sumsq,
+                     max_grad_norm, t);
         // by hand, in double
         double *step_ref = malloc(n * sizeof(double));
         for (size_t i = 0; i < n; i++) {
@@ -585,6 +588,61 @@ static void test_adamw(size_t n, int use_master) {
     free(params); free(m); free(v); free(master); free(p_ref); free(m_ref); free(v_ref);
 }
 
+// a gradient whose norm is not finite updates nothing (the caller reports the norm)
+static void test_adamw_not_finite(void) {
+    enum { n = 33 };
+    float *params = random_array(n, 1.0f), *grads = random_array(n, 1.0f);
+    float *m = random_array(n, 0.1f), *v = zero_array(n);
+    float *p0 = malloc(n * sizeof(float)), *m0 = malloc(n * sizeof(float));
+    memcpy(p0, params, n * sizeof(float));
+    memcpy(m0, m, n * sizeof(float));
+    const float sums[2] = {INFINITY, NAN};
+    for (int k = 0; k < 2; k++) {
+        adamw_update(params, NULL, grads, m, v, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, &sums[k], 1.0f, 1);
+        CHECK(memcmp(params, p0, n * sizeof(float)) == 0 && memcmp(m, m0, n * sizeof(float)) == 0,
+              "adamw with a %s gradient norm leaves parameters and moments as they were",
+              k ? "NaN" : "infinite");
+    }
+    free(params); free(grads); free(m); free(v); free(p0); free(m0);
+}
+
+// the mean of the losses in double, then added to a running sum
+static void test_loss_mean(int N) {
+    float *losses = random_array(N, 5.0f);
+    double want = 0.0;
+    for (int i = 0; i < N; i++) want += losses[i];
+    float mean = -1.0f, sum = 2.0f;
+    crossentropy_loss_mean(&mean, &sum, losses, N);
+    CHECK(mean == (float)(want / N), "loss mean N=%d: %.9g, want %.9g", N, mean, want / N);
+    CHECK(sum == 2.0f + mean, "loss sum N=%d: %.9g, want %.9g", N, sum, 2.0f + mean);
+    crossentropy_loss_mean(&mean, NULL, losses, N);
+    CHECK(mean == (float)(want / N), "loss mean without a sum N=%d", N);
+    free(losses);
+}
+
+// the residual add fused into layernorm forward: the very bits of residual_forward then
+// layernorm_forward (recomputation in backward relies on it), also with residual over a
+static void test_layernorm_residual(int N, int C) {
+    size_t NC = (size_t)N * C;
+    float *a = random_array(NC, 2.0f), *b = random_array(NC, 1.0f);
+    float *weight = random_array(C, 1.0f), *bias = random_array(C, 1.0f);
+    float *res_want = malloc(NC * sizeof(float)), *out_want = malloc(NC * sizeof(float));
+    float *mean_want = malloc(N * sizeof(float)), *rstd_want = malloc(N * sizeof(float));
+    residual_forward(res_want, a, b, NC);
+    layernorm_forward(out_want, mean_want, rstd_want, res_want, weight, bias, N, C);
+    float *res = poisoned_array(NC), *out = poisoned_array(NC);
+    float *mean = poisoned_array(N), *rstd = poisoned_array(N);
+    layernorm_residual_forward(res, out, mean, rstd, a, b, weight, bias, N, C);
+    CHECK(memcmp(res, res_want, NC * sizeof(float)) == 0 && memcmp(out, out_want, NC * sizeof(float)) == 0 &&
+          memcmp(mean, mean_want, N * sizeof(float)) == 0 && memcmp(rstd, rstd_want, N * sizeof(float)) == 0,
+          "layernorm_residual_forward N=%d C=%d: the bits of residual_forward then layernorm_forward", N, C);
+    layernorm_residual_forward(a, out, mean, rstd, a, b, weight, bias, N, C);   // residual over a
+    CHECK(memcmp(a, res_want, NC * sizeof(float)) == 0 && memcmp(out, out_want, NC * sizeof(float)) == 0,
+          "layernorm_residual_forward N=%d C=%d with residual over a", N, C);
+    free(a); free(b); free(weight); free(bias); free(res_want); free(out_want); free(mean_want);
+    free(rstd_want); free(res); free(out); free(mean); free(rstd);
+}
+
 static void test_grad_sumsq(size_t n) {
     float *grads = random_array(n, 3.0f);
     double want = 1.5;
@@ -605,6 +663,8 @@ int main(void) {
     test_layernorm(5, 24);
     test_layernorm(7, 13);
     test_layernorm(3, 77);   // more than one 64-channel chunk in dweight's loop
+    test_layernorm_residual(5, 24);
+    test_layernorm_residual(3, 77);
 
     // fewer rows than one 6-row tile: forward takes its dot-product path
     test_matmul(1, 1, 1, 1);
@@ -627,6 +687,9 @@ int main(void) {
 
     test_adamw(37, 0);
     test_adamw(1001, 1);
+    test_adamw_not_finite();
+    test_loss_mean(1);
+    test_loss_mean(1000);
     test_grad_sumsq(1);
     test_grad_sumsq(100003);
     return test_summary();

@@ -41,7 +41,8 @@ int main(int argc, char **argv) {
             atomic_write(&out, row, V * sizeof(float));
         }
     gpt2_zero_grad(&model);
-    float loss = gpt2_forward_backward(&model, tokens, tokens + 1, B, T, 1.0f);
+    gpt2_forward_backward(&model, tokens, tokens + 1, B, T, 1.0f);
+    float loss = gpt2_loss_sum(&model);
     atomic_write(&out, &loss, sizeof(float));
     float *grads = malloc(model.num_parameters * sizeof(float));
     floatX_download(grads, model.grads_memory, model.num_parameters);
@@ -49,7 +50,8 @@ int main(int argc, char **argv) {
     for (int step = 1; step <= steps; step++) {
         if (step > 1) {
             gpt2_zero_grad(&model);
-            loss = gpt2_forward_backward(&model, tokens, tokens + 1, B, T, 1.0f);
+            gpt2_forward_backward(&model, tokens, tokens + 1, B, T, 1.0f);
+            loss = gpt2_loss_sum(&model);
         }
         gpt2_update(&model, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, step);
         atomic_write(&out, &loss, sizeof(float));

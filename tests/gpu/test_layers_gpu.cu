@@ -281,6 +281,46 @@ static void test_encoder(void) {
 // ----------------------------------------------------------------------------------------
 // layernorm
 
+// the residual add fused into layernorm forward: the same bits as residual_forward then
+// layernorm_forward (what recomputation in backward relies on), also with residual over a
+static void test_layernorm_residual_case(int N, int C) {
+    printf("  layernorm_residual_forward N=%d C=%d\n", N, C);
+    const size_t nc = (size_t)N * C;
+    float *a = host_random(nc, 2.0f, 3.0f), *b = host_random(nc, 1.0f);
+    float *weight = host_random(C, 0.5f, 1.0f), *bias = host_random(C, 0.5f);
+    floatX *d_a = dev_bf16(a, nc), *d_b = dev_bf16(b, nc), *d_weight = dev_bf16(weight, C);
+    floatX *d_bias = dev_bf16(bias, C);
+    floatX *d_res = (floatX *)dev_malloc(nc * sizeof(floatX), "test");
+    floatX *d_out = (floatX *)dev_malloc(nc * sizeof(floatX), "test");
+    float *d_stats = (float *)dev_malloc(2 * N * sizeof(float), "test");
+    residual_forward(d_res, d_a, d_b, nc);
+    layernorm_forward(d_out, d_stats, d_stats + N, d_res, d_weight, d_bias, N, C);
+    float *want_res = get_bf16(d_res, nc), *want_out = get_bf16(d_out, nc);
+    float *want_stats = get_f32(d_stats, 2 * N);
+    for (int alias = 0; alias <= 1; alias++) {
+        poison(d_res, nc * sizeof(floatX));
+        poison(d_out, nc * sizeof(floatX));
+        poison(d_stats, 2 * N * sizeof(float));
+        floatX *res = d_res;
+        if (alias) {   // residual written over a
+            dev_copy(d_res, d_a, nc * sizeof(floatX));
+            layernorm_residual_forward(res, d_out, d_stats, d_stats + N, res, d_b, d_weight, d_bias, N, C);
+        } else {
+            layernorm_residual_forward(res, d_out, d_stats, d_stats + N, d_a, d_b, d_weight, d_bias, N, C);
+        }
+        float *got_res = get_bf16(d_res, nc), *got_out = get_bf16(d_out, nc);
+        float *got_stats = get_f32(d_stats, 2 * N);
+        expect_identical(alias ? "residual over a == residual_forward" : "residual == residual_forward",
+                         got_res, want_res, nc);
+        expect_identical("out == layernorm_forward of the residual", got_out, want_out, nc);
+        expect_identical("mean, rstd == layernorm_forward's", got_stats, want_stats, 2 * N);
+        free(got_res); free(got_out); free(got_stats);
+    }
+    dev_free(d_a); dev_free(d_b); dev_free(d_weight); dev_free(d_bias); dev_free(d_res);
+    dev_free(d_out); dev_free(d_stats);
+    free(a); free(b); free(weight); free(bias); free(want_res); free(want_out); free(want_stats);
+}
+
 static void test_layernorm_case(int N, int C) {
     printf("  layernorm N=%d C=%d\n", N, C);
     const size_t nc = (size_t)N * C;
@@ -338,6 +378,9 @@ static void test_layernorm_case(int N, int C) {
 }
 
 static void test_layernorm(void) {
+    test_layernorm_residual_case(37, 768);
+    test_layernorm_residual_case(67, 20);     // scalar path
+    test_layernorm_residual_case(257, 1600);
     test_layernorm_case(37, 768);
     test_layernorm_case(1, 768);
     test_layernorm_case(130, 40);
@@ -521,7 +564,33 @@ static void test_crossentropy_case(int N, int V, int Vp) {
     free(got_soft); free(want_soft); free(got_losses0); free(got_logits);
 }
 
+// the losses' mean on the device against the CPU's (the same double sum in another order:
+// equal after rounding to fp32 but for a last-bit tie), added to a running sum
+static void test_loss_mean_case(int N) {
+    printf("  crossentropy_loss_mean N=%d\n", N);
+    float *losses = host_random(N, 5.0f);
+    float *d_losses = (float *)dev_malloc(N * sizeof(float), "test");
+    float *d_out = (float *)dev_malloc(2 * sizeof(float), "test");
+    dev_upload(d_losses, losses, N * sizeof(float));
+    const float start[2] = {-1.0f, 2.0f};
+    dev_upload(d_out, start, sizeof(start));
+    crossentropy_loss_mean(d_out, d_out + 1, d_losses, N);
+    float want_mean = 0.0f, want_sum = 2.0f;
+    cpu_crossentropy_loss_mean(&want_mean, &want_sum, losses, N);
+    float got[2];
+    dev_download(got, d_out, sizeof(got));
+    expect_close("mean (fp32)", &got[0], &want_mean, 1, FP32_TOL);
+    expect_close("sum += mean (fp32)", &got[1], &want_sum, 1, FP32_TOL);
+    crossentropy_loss_mean(d_out, NULL, d_losses, N);
+    float again = dev_read_float(d_out);
+    expect_identical("deterministic, and without a sum", &again, &got[0], 1);
+    dev_free(d_losses); dev_free(d_out);
+    free(losses);
+}
+
 static void test_crossentropy(void) {
+    test_loss_mean_case(1);
+    test_loss_mean_case(65536);   // B=64, T=1024
     test_crossentropy_case(37, 50257, 50304);
     test_crossentropy_case(5, 100, 128);
     test_crossentropy_case(7, 61, 67);        // Vp % 8 != 0: scalar path
@@ -535,7 +604,11 @@ static void test_crossentropy(void) {
 static void test_adamw_case(size_t n, int misalign, bool with_master) {
     printf("  adamw n=%zu %s%s\n", n, with_master ? "fp32 master weights" : "no master (bf16 params)",
            misalign ? ", misaligned by one element" : "");
-    const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f, grad_scale = 0.7f;
+    const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    // a gradient of norm 1 clipped to 0.7 (scaled by 0.7), the sum of squares in device memory
+    const float grad_sumsq = 1.0f, max_grad_norm = 0.7f;
+    float *d_sumsq = (float *)dev_malloc(sizeof(float), "test");
+    dev_upload(d_sumsq, &grad_sumsq, sizeof(float));
     float *params = host_random(n, 1.0f);
     float *m = host_random(n, 0.01f), *v = host_alloc(n);
     for (size_t i = 0; i < n; i++) v[i] = fabsf(test_randf(&rng)) * 1e-4f;
@@ -552,8 +625,10 @@ static void test_adamw_case(size_t n, int misalign, bool with_master) {
     for (int t = 1; t <= 3; t++) {
         float *grads = host_random(n, 1.0f);
         floatX_upload(d_grads, grads, n);
-        cpu_adamw_update(params, NULL, grads, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
-        adamw_update(d_params, d_master, d_grads, d_m, d_v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+        cpu_adamw_update(params, NULL, grads, m, v, n, lr, beta1, beta2, eps, wd, &grad_sumsq,
+                         max_grad_norm, t);
+        adamw_update(d_params, d_master, d_grads, d_m, d_v, n, lr, beta1, beta2, eps, wd, d_sumsq,
+                     max_grad_norm, t);
         free(grads);
     }
     float *got_params = get_bf16(d_params, n), *got_m = get_f32(d_m, n), *got_v = get_f32(d_v, n);
@@ -568,8 +643,20 @@ static void test_adamw_case(size_t n, int misalign, bool with_master) {
     }
     expect_close("m (fp32)", got_m, m, n, FP32_TOL);
     expect_close("v (fp32)", got_v, v, n, FP32_TOL);
+    // a gradient whose norm is not finite updates nothing: every array stays as it was
+    const float not_finite[2] = {INFINITY, NAN};
+    for (int k = 0; k < 2; k++) {
+        dev_upload(d_sumsq, &not_finite[k], sizeof(float));
+        adamw_update(d_params, d_master, d_grads, d_m, d_v, n, lr, beta1, beta2, eps, wd, d_sumsq,
+                     max_grad_norm, 4);
+        float *p4 = get_bf16(d_params, n), *m4 = get_f32(d_m, n), *v4 = get_f32(d_v, n);
+        expect_identical(k ? "NaN norm: params unchanged" : "infinite norm: params unchanged", p4, got_params, n);
+        expect_identical("not-finite norm: m unchanged", m4, got_m, n);
+        expect_identical("not-finite norm: v unchanged", v4, got_v, n);
+        free(p4); free(m4); free(v4);
+    }
     dev_free(d_params - pad); dev_free(d_grads - pad); if (d_master) dev_free(d_master - pad);
-    dev_free(d_m - pad); dev_free(d_v - pad);
+    dev_free(d_m - pad); dev_free(d_v - pad); dev_free(d_sumsq);
     free(params); free(m); free(v); free(got_params); free(got_m); free(got_v);
 }
 
