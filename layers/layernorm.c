@@ -4,8 +4,6 @@
 
 #include <math.h>
 
-#define LAYERNORM_EPS 1e-5f
-
 // out (N,C), mean (N), rstd (N), inp (N,C), weight (C), bias (C)
 void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
                        const floatX *weight, const floatX *bias, int N, int C) {

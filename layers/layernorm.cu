@@ -8,7 +8,6 @@
 #include "column_sums.cuh"
 #include "layers.h"
 
-static const float LAYERNORM_EPS = 1e-5f;
 enum { LN_UNROLL = 4 };
 
 template <int VEC>
