@@ -295,9 +295,17 @@ bool gemv_fits(int N, int K, const void *inp, const void *weight) {
 
 template <int NR, int KC>
 void launch_rows_chunks(const GemvArgs &a, bool ln, int blocks) {
-    const size_t smem = (size_t)a.N * a.K * sizeof(bf16);   // <= 8 * 3072 * 2 = 48 KiB
-    if (ln) launch_pdl(gemv_kernel<NR, KC, true>, blocks, kThreads, smem, a);
-    else launch_pdl(gemv_kernel<NR, KC, false>, blocks, kThreads, smem, a);
+    // dynamic shared memory up to 8 * 3072 * 2 = 48 KiB, which with the static arrays is past
+    // the 48 KiB a kernel gets without asking: asked for once per kernel, on the first call
+    // (a decode step's first call runs before its graph capture, runtime/graph.cu)
+    constexpr int kMaxSmem = FUSED_MAX_ROWS * kMaxK * sizeof(bf16);
+    static bool asked[2] = {false, false};
+    void (*kernel)(GemvArgs) = ln ? gemv_kernel<NR, KC, true> : gemv_kernel<NR, KC, false>;
+    if (!asked[ln]) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+        asked[ln] = true;
+    }
+    launch_pdl(kernel, blocks, kThreads, (size_t)a.N * a.K * sizeof(bf16), a);
 }
 
 template <int NR>
