@@ -169,7 +169,7 @@ LayerActs gpt2_layer_acts(const GPT2 *model, int l);
 // ---- the transformer block, written once -------------------------------------------------
 // x_out = x + attproj(attention(qkv(ln1(x)))) then + fcproj(gelu(fc(ln2(.)))), on N rows of C
 // channels. BlockBuffers says where each intermediate goes: training keeps them per layer
-// (LayerActs), a decode step reuses one small set (KVCache). `proj` holds each projection's
+// (LayerActs; a decode step has its own fused calls, gpt2_decode.c). `proj` holds each projection's
 // output before its residual add; residual3 may be the input x (read only before it is written).
 // Training also fuses each residual add into the layernorm after it (layernorm_residual_forward):
 // the block's ln1 is then made before the block (ln1_done: by the caller for layer 0, by the
@@ -187,8 +187,7 @@ typedef struct {
     int ln1_done;          // ln1, ln1_mean, ln1_rstd already hold the layernorm of the input
     LayerNormOut next;     // next.out NULL: no layernorm after the block
 } BlockBuffers;
-// The attention between qkv (N, 3C) and atty (N, C): the causal attention of a training batch
-// (gpt2.c) or a decode step's against its KV cache (gpt2_decode.c).
+// The attention between qkv (N, 3C) and atty (N, C): the causal attention of a training batch.
 typedef struct {
     void (*run)(void *ctx, floatX *atty, const floatX *qkv);
     void *ctx;
@@ -243,26 +242,21 @@ void gpt2_print_memory(const GPT2 *model);
 // attention_decode against the cache. The B sequences advance together, at one position.
 // The step's activations are small buffers of their own, beside the cache, in one arena.
 
-// The cache and the decode step's tensors, one arena (256-byte aligned): X(name, type,
-// elements). The step's tensors are reused by every layer (C = NH * HS).
+// The cache and the decode step's tensors, one arena (256-byte aligned, zeroed once: the
+// scratches keep counters that must start at zero): X(name, type, elements). The step's
+// tensors are reused by every layer (C = NH * HS).
 #define GPT2_DECODE_TENSORS(X)                                                               \
     X(k, floatX, L * B * maxT * C)  /* (L, B, maxT, NH, HS) key cache */                     \
     X(v, floatX, L * B * maxT * C)  /* (L, B, maxT, NH, HS) value cache */                   \
     X(inputs, int, B + 2)           /* tokens, then the position and the length (pos + 1) */ \
-    X(x, floatX, B * C)             /* (B, C) residual stream into the layer */              \
-    X(x2, floatX, B * C)            /* (B, C) residual stream after the attention block */   \
-    X(ln, floatX, B * C)            /* (B, C) layernorm output */                            \
-    X(ln_mean, float, B)            /* (B) */                                                \
-    X(ln_rstd, float, B)            /* (B) */                                                \
+    X(x, floatX, B * C)             /* (B, C) residual stream, updated in place */           \
     X(qkv, floatX, B * 3 * C)       /* (B, 3C) the new token's query, key and value */       \
-    X(q, floatX, B * C)             /* (B, C) its query alone (k and v go to the cache) */   \
     X(atty, floatX, B * C)          /* (B, C) attention output */                            \
-    X(proj, floatX, B * C)          /* (B, C) a projection's output, before the residual */  \
-    X(fch, floatX, B * 4 * C)       /* (B, 4C) */                                            \
-    X(fch_gelu, floatX, B * 4 * C)  /* (B, 4C) */                                            \
+    X(fch_gelu, floatX, B * 4 * C)  /* (B, 4C) the MLP's hidden layer, after GELU */         \
     X(logits, floatX, B * Vp)       /* (B, Vp) logits of the last position */                \
-    X(argmax, int, B)               /* (B) */                                                \
-    X(att_scratch, char, attention_decode_scratch_size(B, maxT, NH, HS))
+    X(argmax, int, B)               /* (B) their argmax, greedy decoding's choice */         \
+    X(att_scratch, char, attention_decode_scratch_size(B, maxT, NH, HS))                     \
+    X(fused_scratch, char, fused_scratch_size(B, C, 4 * C))
 #define GPT2_DECODE_INDEX(name, ...) DECODE_##name,
 enum { GPT2_DECODE_TENSORS(GPT2_DECODE_INDEX) NUM_DECODE_TENSORS };
 
@@ -282,12 +276,15 @@ void kv_cache_free(KVCache *cache);
 void kv_cache_print_memory(const KVCache *cache, FILE *out);
 // Prefill from tokens (Bp, T) host ids, T <= cache->maxT: Bp = cache->B, a prompt per
 // sequence, or Bp = 1, one prompt for all (run once, its keys and values copied to every
-// sequence). Leaves the logits of position T-1 of each sequence in cache->logits; len = T.
+// sequence). Leaves the logits of position T-1 of each sequence in cache->logits and their
+// argmax in cache->argmax; len = T.
 void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T);
 // One token per sequence, tokens (B) host ids, at position pos (1 <= pos <= cache->len, so a
-// step may also rewind; pos < maxT). Its logits (B, Vp) land in cache->logits; len = pos + 1.
+// step may also rewind; pos < maxT). Its logits (B, Vp) land in cache->logits and their argmax
+// in cache->argmax; len = pos + 1.
 void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos);
-// Host copies of the current logits: out (B, Vp) fp32; or their argmax, out (B).
+// Host copies of the current logits: out (B, Vp) fp32; or their argmax, out (B) (computed
+// with the logits: only B ints come back).
 void gpt2_decode_logits(const KVCache *cache, float *out);
 void gpt2_decode_argmax(KVCache *cache, int *out);
 

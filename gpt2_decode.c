@@ -3,9 +3,14 @@
 //   prefill      the prompt goes through the model's own forward pass (gpt2_forward, so the
 //                built attention backend, naive or flash), and each layer's keys and values
 //                are copied from its qkv activations into the cache
-//   decode step  one token per sequence: the same layers at N = B rows, the attention of the
-//                new query against the cache (attention_decode), the new key and value written
-//                into the cache first, so the token attends to itself as causality wants
+//   decode step  one token per sequence: the same layers at N = B rows, as the decode step's
+//                fused calls (layers.h): per layer layernorm + QKV, the attention of the new
+//                query against the cache (attention_decode_step, which writes the new key and
+//                value into the cache first, so the token attends to itself as causality
+//                wants), attention projection + residual, layernorm + FC + GELU, FC projection
+//                + residual; then the final layernorm + LM head + argmax. On CUDA at a few
+//                rows each is one kernel (fused.cu, decode_attention.cu), 5 a layer where the
+//                plain layers took 12; with more rows they are the plain layers.
 // Like gpt2.c, it calls only layers/ and never knows the backend. The decode step reads its
 // position from device memory, so on CUDA its layers are one graph replayed at every step.
 #include "gpt2.h"
@@ -41,6 +46,8 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
     size_t offsets[NUM_DECODE_TENSORS];
     char *base = arena_alloc(offsets, cache->bytes, NUM_DECODE_TENSORS,
                              "KV cache and decode activations");
+    size_t total = offsets[NUM_DECODE_TENSORS - 1] + cache->bytes[NUM_DECODE_TENSORS - 1];
+    dev_memset_zero(base, total);   // the scratches' counters start at zero (layers.h)
     cache->memory = base;
 #define POINT(name, type, ...) cache->name = (type *)(base + offsets[DECODE_##name]);
     GPT2_DECODE_TENSORS(POINT)
@@ -85,12 +92,12 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
         const floatX *qkv = gpt2_layer_acts(model, l).qkv;   // (Bp, T, 3C)
         floatX *k = cache->k + l * layer_stride, *v = cache->v + l * layer_stride;
         if (Bp == cache->B) {
-            kv_cache_store(k, v, NULL, qkv, cache->inputs + cache->B, Bp, T, cache->maxT,
-                           cache->NH, cache->HS);
+            kv_cache_store(k, v, qkv, cache->inputs + cache->B, Bp, T, cache->maxT, cache->NH,
+                           cache->HS);
         } else {   // one prompt, the same keys and values in every sequence
             for (int b = 0; b < cache->B; b++) {
                 size_t offset = (size_t)b * cache->maxT * C;
-                kv_cache_store(k + offset, v + offset, NULL, qkv, cache->inputs + cache->B, 1, T,
+                kv_cache_store(k + offset, v + offset, qkv, cache->inputs + cache->B, 1, T,
                                cache->maxT, cache->NH, cache->HS);
             }
         }
@@ -101,6 +108,7 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
         dev_copy(cache->logits + (size_t)b * Vp, model->acts.logits + row * Vp,
                  (size_t)Vp * sizeof(floatX));
     }
+    logits_argmax(cache->argmax, cache->logits, Vp, cache->B, cache->V);
     cache->len = T;
 }
 
@@ -112,43 +120,32 @@ typedef struct {
     KVCache *cache;
 } DecodeArgs;
 
-// a decode step's attention in layer l: the new token's k and v go into the cache first (so
-// the token attends to itself), then its q attends to the cache's first len positions
-typedef struct {
-    KVCache *cache;
-    int l;
-} DecodeAttention;
-static void decode_attention(void *ctx, floatX *atty, const floatX *qkv) {
-    const DecodeAttention *a = ctx;
-    KVCache *d = a->cache;
-    int B = d->B, NH = d->NH, HS = d->HS, maxT = d->maxT;
-    size_t layer_stride = (size_t)B * maxT * NH * HS;
-    floatX *kcache = d->k + a->l * layer_stride, *vcache = d->v + a->l * layer_stride;
-    const int *pos = d->inputs + B, *len = d->inputs + B + 1;
-    kv_cache_store(kcache, vcache, d->q, qkv, pos, B, 1, maxT, NH, HS);
-    attention_decode_dev(atty, d->att_scratch, d->q, kcache, vcache, len, B, maxT, NH, HS);
-}
-
-// from cache->x, the embedded tokens (B, C), to cache->logits (B, Vp). Launches the same work
-// with the same arguments at every position: the position is read from cache->inputs.
+// from cache->x, the embedded tokens (B, C), to cache->logits (B, Vp) and cache->argmax (B).
+// Launches the same work with the same arguments at every position: the position is read from
+// cache->inputs. The residual stream stays in cache->x, each projection adding to it in place.
 static void decode_layers(void *arg) {
     GPT2 *model = ((DecodeArgs *)arg)->model;
     KVCache *d = ((DecodeArgs *)arg)->cache;
     GPT2Config c = model->config;
-    int B = d->B, L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size;
+    int B = d->B, L = c.num_layers, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size;
+    size_t layer_stride = (size_t)B * d->maxT * C;   // one layer of the cache
+    const int *pos = d->inputs + B;
     ParameterTensors p = model->params;
-    // one set of buffers for every layer; the residual stream goes x -> x2 -> x
-    BlockBuffers buf = {.ln1 = d->ln, .ln1_mean = d->ln_mean, .ln1_rstd = d->ln_rstd,
-                        .qkv = d->qkv, .atty = d->atty, .proj = d->proj, .residual2 = d->x2,
-                        .ln2 = d->ln, .ln2_mean = d->ln_mean, .ln2_rstd = d->ln_rstd,
-                        .fch = d->fch, .fch_gelu = d->fch_gelu, .residual3 = d->x};
+    void *scratch = d->fused_scratch;
     for (int l = 0; l < L; l++) {
         LayerParams w = gpt2_layer_params(&p, C, l);
-        DecodeAttention att = {d, l};
-        block_forward(&w, &buf, d->x, (BlockAttention){decode_attention, &att}, B, C);
+        // attention block: x += attproj(attention(qkv(ln1(x))))
+        layernorm_matmul_forward(d->qkv, scratch, d->x, w.ln1w, w.ln1b, w.qkvw, w.qkvb, B, C,
+                                 3 * C, 0);
+        attention_decode_step(d->atty, d->att_scratch, d->qkv, d->k + l * layer_stride,
+                              d->v + l * layer_stride, pos, B, d->maxT, d->NH, d->HS);
+        matmul_residual_forward(d->x, scratch, d->atty, w.attprojw, w.attprojb, B, C, C);
+        // MLP block: x += fcproj(gelu(fc(ln2(x))))
+        layernorm_matmul_forward(d->fch_gelu, scratch, d->x, w.ln2w, w.ln2b, w.fcw, w.fcb, B, C,
+                                 4 * C, 1);
+        matmul_residual_forward(d->x, scratch, d->fch_gelu, w.fcprojw, w.fcprojb, B, 4 * C, C);
     }
-    layernorm_forward(d->ln, d->ln_mean, d->ln_rstd, d->x, p.lnfw, p.lnfb, B, C);
-    matmul_forward(d->logits, d->ln, p.wte, NULL, B, C, Vp);   // tied LM head
+    lm_head_forward(d->logits, d->argmax, scratch, d->x, p.lnfw, p.lnfb, p.wte, B, C, V, Vp);
 }
 
 void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
@@ -179,6 +176,5 @@ void gpt2_decode_logits(const KVCache *cache, float *out) {
 }
 
 void gpt2_decode_argmax(KVCache *cache, int *out) {
-    logits_argmax(cache->argmax, cache->logits, cache->Vp, cache->B, cache->V);
     dev_download(out, cache->argmax, (size_t)cache->B * sizeof(int));
 }

@@ -20,16 +20,17 @@ static inline float dot(const float *a, const float *b, int n) {
 
 size_t attention_decode_scratch_size(int B, int maxT, int NH, int HS) { return 0; }
 
-// out (B, NH, HS), q (B, NH, HS); kcache, vcache (B, maxT, NH, HS), positions 0..len-1 read
-void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
-                      const floatX *vcache, int B, int len, int maxT, int NH, int HS) {
+// out (B, NH, HS), q row b at q + b * q_stride; kcache, vcache (B, maxT, NH, HS), positions
+// 0..len-1 read
+static void decode(floatX *out, const floatX *q, size_t q_stride, const floatX *kcache,
+                   const floatX *vcache, int B, int len, int maxT, int NH, int HS) {
     if (len < 1 || len > maxT) die("attention_decode: length %d outside [1, %d]", len, maxT);
     const int C = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float *query = q + (size_t)b * C + h * HS;
+            const float *query = q + (size_t)b * q_stride + h * HS;
             float *o = out + (size_t)b * C + h * HS;
             memset(o, 0, HS * sizeof(*o));
             float running_max = -INFINITY, running_sum = 0.0f;
@@ -54,16 +55,14 @@ void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX 
     }
 }
 
-// as attention_decode, len (1) in "device" memory, which on the CPU is host memory
-void attention_decode_dev(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
-                          const floatX *vcache, const int *len, int B, int maxT, int NH, int HS) {
-    attention_decode(out, scratch, q, kcache, vcache, B, *len, maxT, NH, HS);
+void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
+                      const floatX *vcache, int B, int len, int maxT, int NH, int HS) {
+    decode(out, q, (size_t)NH * HS, kcache, vcache, B, len, maxT, NH, HS);
 }
 
-// kcache, vcache (B, maxT, NH, HS) rows pos..pos+T-1 = k, v of qkv (B, T, 3, NH, HS);
-// q (B, T, NH, HS) = its q, unless NULL
-void kv_cache_store(floatX *kcache, floatX *vcache, floatX *q, const floatX *qkv,
-                    const int *pos, int B, int T, int maxT, int NH, int HS) {
+// kcache, vcache (B, maxT, NH, HS) rows pos..pos+T-1 = k, v of qkv (B, T, 3, NH, HS)
+void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int *pos, int B,
+                    int T, int maxT, int NH, int HS) {
     const int start = *pos, C = NH * HS;
     if (start < 0 || start + T > maxT)
         die("kv_cache_store: positions %d..%d outside a cache of %d", start, start + T - 1, maxT);
@@ -72,9 +71,16 @@ void kv_cache_store(floatX *kcache, floatX *vcache, floatX *q, const floatX *qkv
         for (int t = 0; t < T; t++) {
             const floatX *src = qkv + ((size_t)b * T + t) * 3 * C;
             const size_t dst = ((size_t)b * maxT + start + t) * C;
-            if (q) memcpy(q + ((size_t)b * T + t) * C, src, C * sizeof(floatX));
             memcpy(kcache + dst, src + C, C * sizeof(floatX));
             memcpy(vcache + dst, src + 2 * C, C * sizeof(floatX));
         }
     }
+}
+
+// the new k, v of qkv (B, 3, NH, HS) into the cache at *pos (pos in "device" memory, which on
+// the CPU is host memory), then the query (strided in qkv) against positions 0..pos
+void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
+                           floatX *vcache, const int *pos, int B, int maxT, int NH, int HS) {
+    kv_cache_store(kcache, vcache, qkv, pos, B, 1, maxT, NH, HS);
+    decode(out, qkv, (size_t)3 * NH * HS, kcache, vcache, B, *pos + 1, maxT, NH, HS);
 }

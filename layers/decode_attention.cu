@@ -3,22 +3,29 @@
 //
 // At batch 1 a decode step has only NH queries, far too few blocks for the GPU if each (b, h)
 // were one block reading the whole cache. Flash-decoding splits the cache length into
-// `splits` parts of split_len positions, one block each:
-//   split kernel    block (split, h, b): over its positions s, online softmax in the exp2
-//                   domain, score_s = q . k_s * scale * log2(e); writes the partial result
-//                   (m = max score, l = sum 2^(score - m), acc = sum 2^(score - m) v_s)
-//   combine kernel  block (b, h): M = max m_i, L = sum l_i 2^(m_i - M),
-//                   out = sum acc_i 2^(m_i - M) / L, over the splits that hold positions
-// Inside a split block, a group of G = HS/8 (rounded up to a power of two) lanes handles a
-// cache row, each lane 8 channels through one 16-byte load of k and one of v, kRows rows per
-// round with all their loads in flight together; each group keeps its own (m, l, acc), merged
-// in shared memory at the end. bf16 storage, fp32 math.
+// `splits` parts of split_len positions, one block each, block (split, h, b): over its
+// positions s, online softmax in the exp2 domain, score_s = q . k_s * scale * log2(e); its
+// partial result is (m = max score, l = sum 2^(score - m), acc = sum 2^(score - m) v_s). The
+// last block of a head to finish (a counter per head in the scratch elects it) combines them:
+// M = max m_i, L = sum l_i 2^(m_i - M), out = sum acc_i 2^(m_i - M) / L, over the splits that
+// hold positions. One kernel, not a split kernel and a combine kernel: at batch 1 every
+// kernel boundary costs more than the combine's work.
+// Inside a block, a group of G = HS/8 (rounded up to a power of two) lanes handles a cache row,
+// each lane 8 channels through one 16-byte load of k and one of v, kRows rows per round with
+// all their loads in flight together; each group keeps its own (m, l, acc), merged in shared
+// memory at the end. bf16 storage, fp32 math.
+//
+// The decode step's call (attention_decode_step) also takes the new token's k and v from qkv
+// and writes them into the cache: the block whose split holds the new position reads that row
+// from qkv instead of the cache (and stores it there), so no kernel runs before it to copy
+// them. It is launched with PDL: the first round of cache rows (written by earlier steps, never
+// by the kernel before) is loaded before pdl_wait, the query and the new row after.
 //
 // The layout (split_len, splits) depends on the span the cache may hold (len for
-// attention_decode, maxT for attention_decode_dev): enough blocks to cover the SMs a few times,
-// at least kMinSplitKeys positions each. Blocks past len return at once, so one layout serves
-// every position of a CUDA graph. Partial results live in the caller's scratch
-// (attention_decode_scratch_size), sized for the longest span, maxT.
+// attention_decode, maxT for attention_decode_step): enough blocks to cover the SMs a few
+// times, at least kMinSplitKeys positions each. Blocks past len return at once, so one layout
+// serves every position of a CUDA graph. Partial results and the counters live in the caller's
+// scratch (attention_decode_scratch_size), sized for the longest span, maxT.
 #include <math.h>
 
 #include "../attention/flash_tile.cuh"   // kLog2e and the other attention kernels' vocabulary
@@ -29,54 +36,83 @@ namespace {
 
 constexpr int kSplitThreads = 128;
 constexpr int kRows = 4;             // cache rows a group loads at once
-constexpr int kCombineThreads = 128;
 constexpr int kMinSplitKeys = 64;    // positions per split at least: one round at HS = 64
 constexpr int kBlocksPerSM = 4;      // blocks wanted per SM when B*NH alone is too few
 
+struct DecodeArgs {
+    bf16 *out;                        // (B, NH, HS)
+    float *partial;                   // (B, NH, splits, HS + 2): acc (HS), m, l of each split
+    unsigned *counters;               // (B, NH): splits done, reset to 0 by the combining block
+    const bf16 *q;                    // row b at q + b * q_stride
+    bf16 *kcache, *vcache;            // (B, maxT, NH, HS)
+    const bf16 *new_k, *new_v;        // the step's new row b at new_k + b * q_stride, or null
+    const int *pos_dev;               // the step's position (len = pos + 1), or null: len_host
+    int len_host, q_stride, maxT, NH, HS, split_len, splits;
+    float scale_log2;
+};
+
 // G lanes per cache row, 8 channels each; kRows rows per group per round
 template <int G>
-__global__ void __launch_bounds__(kSplitThreads)
-    decode_split_kernel(float *__restrict__ partial, const bf16 *__restrict__ q,
-                        const bf16 *__restrict__ kcache, const bf16 *__restrict__ vcache,
-                        const int *__restrict__ len_dev, int len_host, int maxT, int NH, int HS,
-                        int split_len, int splits, float scale_log2) {
+__global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs a) {
     constexpr int kGroups = kSplitThreads / G;    // groups per block
     constexpr int kWarpGroups = 32 / G;           // groups per warp
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int len = len_dev ? *len_dev : len_host;
-    const int start = split * split_len;
-    if (start >= len) return;
-    const int end = min(start + split_len, len);
-    const int C = NH * HS;
+    // the position and the cache's rows before it were written before the kernel before this
+    // one started (a host copy, earlier steps): they may be read before pdl_wait
+    const int len = a.pos_dev ? *a.pos_dev + 1 : a.len_host;
+    const int new_pos = a.new_k ? len - 1 : -1;   // the row that comes from qkv
+    const int start = split * a.split_len;
+    const int end = min(start + a.split_len, len);
+    const int HS = a.HS, C = a.NH * HS;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int member = lane % G;
     const int group = warp * kWarpGroups + lane / G;
     const bool active = member * 8 < HS;   // lanes past HS (HS/8 not a power of two) idle
+    const size_t head = (size_t)b * a.maxT * C + h * HS + member * 8;
+
+    // A round: group g takes rows base + r * kGroups + g, r < kRows. All 2 * kRows loads of a
+    // round are issued before any math, so one memory latency covers kRows rows.
+    int4 k_raw[kRows], v_raw[kRows];
+    auto load_round = [&](int base) {
+#pragma unroll
+        for (int r = 0; r < kRows; r++) {
+            const int s = base + r * kGroups + group;
+            k_raw[r] = v_raw[r] = make_int4(0, 0, 0, 0);
+            if (s < end && active) {
+                k_raw[r] = *reinterpret_cast<const int4 *>(a.kcache + head + (size_t)s * C);
+                v_raw[r] = *reinterpret_cast<const int4 *>(a.vcache + head + (size_t)s * C);
+            }
+        }
+    };
+    if (start < end) load_round(start);   // before the wait: the cache is not the last kernel's
+    pdl_launch_dependents();
+    pdl_wait();
+    if (start >= end) return;   // past len: nothing to do (after the wait, as PDL wants)
 
     float qv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (active) {
-        load_bf16<8>(qv, q + (size_t)b * C + h * HS + member * 8);
+        const int4 raw = __ldcg(reinterpret_cast<const int4 *>(a.q + (size_t)b * a.q_stride + h * HS + member * 8));
+        unpack_bf16<8>(qv, raw);
 #pragma unroll
-        for (int i = 0; i < 8; i++) qv[i] *= scale_log2;
+        for (int i = 0; i < 8; i++) qv[i] *= a.scale_log2;
     }
     float running_max = -INFINITY, running_sum = 0.0f;
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    const size_t head = (size_t)b * maxT * C + h * HS + member * 8;
 
-    // A round: group g takes rows base + r * kGroups + g, r < kRows. All 2 * kRows loads of a
-    // round are issued before any math, so one memory latency covers kRows rows. The loop is
-    // block-uniform (the shuffles need every lane); rows past `end` weigh nothing.
+    // The loop is block-uniform (the shuffles need every lane); rows past `end` weigh nothing.
     for (int base = start; base < end; base += kGroups * kRows) {
-        int4 k_raw[kRows], v_raw[kRows];
+        if (base != start) load_round(base);
         bool valid[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
             const int s = base + r * kGroups + group;
             valid[r] = s < end;
-            k_raw[r] = v_raw[r] = make_int4(0, 0, 0, 0);
-            if (valid[r] && active) {
-                k_raw[r] = *reinterpret_cast<const int4 *>(kcache + head + (size_t)s * C);
-                v_raw[r] = *reinterpret_cast<const int4 *>(vcache + head + (size_t)s * C);
+            if (s == new_pos && active) {   // the new token: from qkv, and into the cache
+                const size_t src = (size_t)b * a.q_stride + h * HS + member * 8;
+                k_raw[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_k + src));
+                v_raw[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_v + src));
+                *reinterpret_cast<int4 *>(a.kcache + head + (size_t)s * C) = k_raw[r];
+                *reinterpret_cast<int4 *>(a.vcache + head + (size_t)s * C) = v_raw[r];
             }
         }
         float score[kRows];
@@ -113,6 +149,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     __shared__ float group_max[kGroups], group_weight[kGroups];
     __shared__ float group_acc[kGroups][G * 8];
     __shared__ float block_max, block_sum;
+    __shared__ bool combines;
     if (member == 0) group_max[group] = running_max;
 #pragma unroll
     for (int i = 0; i < 8; i++) group_acc[group][member * 8 + i] = acc[i];
@@ -134,39 +171,57 @@ __global__ void __launch_bounds__(kSplitThreads)
         for (int g = 0; g < kGroups; g++) l += group_max[g];
         block_sum = l;
     }
-    float *record = partial + (((size_t)b * NH + h) * splits + split) * (HS + 2);
+    __syncthreads();
+    const size_t bh = (size_t)b * a.NH + h;
+    bf16 *out = a.out + bh * HS;
+    if (a.splits == 1) {   // the whole cache in this block: no partial record, no combine
+        const float inv_l = 1.0f / block_sum;
+        for (int i = threadIdx.x; i < HS; i += kSplitThreads) {
+            float sum = 0.0f;
+            for (int g = 0; g < kGroups; g++) sum += group_acc[g][i] * group_weight[g];
+            out[i] = __float2bfloat16_rn(sum * inv_l);
+        }
+        return;
+    }
+    float *records = a.partial + bh * a.splits * (HS + 2);
+    float *record = records + split * (HS + 2);
     for (int i = threadIdx.x; i < HS; i += kSplitThreads) {
         float sum = 0.0f;
         for (int g = 0; g < kGroups; g++) sum += group_acc[g][i] * group_weight[g];
         record[i] = sum;
     }
-    __syncthreads();
     if (threadIdx.x == 0) {
         record[HS] = block_max;
         record[HS + 1] = block_sum;
     }
-}
 
-// out (B, NH, HS) from the partial records of the splits that hold positions
-__global__ void __launch_bounds__(kCombineThreads)
-    decode_combine_kernel(bf16 *__restrict__ out, const float *__restrict__ partial,
-                          const int *__restrict__ len_dev, int len_host, int NH, int HS,
-                          int split_len, int splits) {
-    const int bh = blockIdx.x;   // b * NH + h
-    const int len = len_dev ? *len_dev : len_host;
-    const int used = min(splits, (len + split_len - 1) / split_len);
-    const float *records = partial + (size_t)bh * splits * (HS + 2);
+    // The last of the head's used splits to get here combines: its record writes are made
+    // visible (fence) before the count; the combining block fences again before reading the
+    // others' records, through L2 (ldcg: they were written on other SMs).
+    const int used = (len + a.split_len - 1) / a.split_len;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned done = atomicAdd(a.counters + bh, 1u);
+        combines = done == (unsigned)used - 1;
+        if (combines) {
+            a.counters[bh] = 0;   // for the next call (stream-ordered after this kernel)
+            __threadfence();
+        }
+    }
+    __syncthreads();
+    if (!combines) return;
     float m = -INFINITY;
-    for (int i = 0; i < used; i++) m = fmaxf(m, records[i * (HS + 2) + HS]);
+    for (int i = 0; i < used; i++) m = fmaxf(m, __ldcg(records + i * (HS + 2) + HS));
     float l = 0.0f;
     for (int i = 0; i < used; i++)
-        l += records[i * (HS + 2) + HS + 1] * exp2f(records[i * (HS + 2) + HS] - m);
+        l += __ldcg(records + i * (HS + 2) + HS + 1) * exp2f(__ldcg(records + i * (HS + 2) + HS) - m);
     const float inv_l = 1.0f / l;
-    for (int e = threadIdx.x; e < HS; e += kCombineThreads) {
+    for (int e = threadIdx.x; e < HS; e += kSplitThreads) {
         float sum = 0.0f;
         for (int i = 0; i < used; i++)
-            sum += records[i * (HS + 2) + e] * exp2f(records[i * (HS + 2) + HS] - m);
-        out[(size_t)bh * HS + e] = __float2bfloat16_rn(sum * inv_l);
+            sum += __ldcg(records + i * (HS + 2) + e) * exp2f(__ldcg(records + i * (HS + 2) + HS) - m);
+        out[e] = __float2bfloat16_rn(sum * inv_l);
     }
 }
 
@@ -185,42 +240,37 @@ void decode_layout(int B, int NH, int span, int *split_len, int *splits) {
     *splits = ceil_div(span, *split_len);
 }
 
-// partial (B, NH, splits, HS + 2): acc (HS), m, l of each split, in the caller's scratch
-void decode(floatX *out, float *partial, const floatX *q, const floatX *kcache,
-            const floatX *vcache, const int *len_dev, int len_host, int span, int B, int maxT,
-            int NH, int HS) {
-    if (HS % 8 != 0 || HS > 256 || !is_aligned16(q) || !is_aligned16(kcache) ||
-        !is_aligned16(vcache))
+// the scratch: a counter per head (rounded up to 256 bytes), then the partial records
+size_t counters_bytes(int B, int NH) { return (size_t)ceil_div((long)B * NH * sizeof(unsigned), 256) * 256; }
+
+// a's q, caches, new row and length filled in by the caller; the layout, scratch and launch here
+void decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
+    const int HS = a.HS, NH = a.NH;
+    if (HS % 8 != 0 || HS > 256 || !is_aligned16(a.q) || !is_aligned16(a.kcache) ||
+        !is_aligned16(a.vcache) || a.q_stride % 8 != 0)
         die("attention_decode needs a head size that is a multiple of 8, at most 256 (got %d), "
             "and 16-byte aligned q and caches", HS);
-    int split_len, splits;
-    decode_layout(B, NH, span, &split_len, &splits);
-    const float scale_log2 = kLog2e / sqrtf((float)HS);
-    const dim3 grid(splits, NH, B);
+    decode_layout(B, NH, span, &a.split_len, &a.splits);
+    a.out = BF(out);
+    a.counters = (unsigned *)scratch;
+    a.partial = (float *)((char *)scratch + counters_bytes(B, NH));
+    a.scale_log2 = kLog2e / sqrtf((float)HS);
+    const dim3 grid(a.splits, NH, B);
     const int groups = HS / 8;   // lanes per row, rounded up to a power of two below
-#define LAUNCH_SPLIT(G)                                                                        \
-    decode_split_kernel<G><<<grid, kSplitThreads, 0, cuda_stream>>>(                           \
-        partial, CBF(q), CBF(kcache), CBF(vcache), len_dev, len_host, maxT, NH, HS, split_len, \
-        splits, scale_log2)
-    if (groups <= 1) LAUNCH_SPLIT(1);
-    else if (groups <= 2) LAUNCH_SPLIT(2);
-    else if (groups <= 4) LAUNCH_SPLIT(4);
-    else if (groups <= 8) LAUNCH_SPLIT(8);
-    else if (groups <= 16) LAUNCH_SPLIT(16);
-    else LAUNCH_SPLIT(32);
-#undef LAUNCH_SPLIT
-    LAUNCH_CHECK();
-    decode_combine_kernel<<<B * NH, kCombineThreads, 0, cuda_stream>>>(
-        BF(out), partial, len_dev, len_host, NH, HS, split_len, splits);
+    if (groups <= 1) launch_pdl(decode_kernel<1>, grid, kSplitThreads, 0, a);
+    else if (groups <= 2) launch_pdl(decode_kernel<2>, grid, kSplitThreads, 0, a);
+    else if (groups <= 4) launch_pdl(decode_kernel<4>, grid, kSplitThreads, 0, a);
+    else if (groups <= 8) launch_pdl(decode_kernel<8>, grid, kSplitThreads, 0, a);
+    else if (groups <= 16) launch_pdl(decode_kernel<16>, grid, kSplitThreads, 0, a);
+    else launch_pdl(decode_kernel<32>, grid, kSplitThreads, 0, a);
     LAUNCH_CHECK();
 }
 
-// kcache, vcache rows (b, pos + t) = k, v of qkv row (b, t), and q row (b, t) = its q;
-// one thread per VEC channels
+// kcache, vcache rows (b, pos + t) = k, v of qkv row (b, t); one thread per VEC channels
 template <int VEC>
 __global__ void kv_cache_store_kernel(bf16 *__restrict__ kcache, bf16 *__restrict__ vcache,
-                                      bf16 *__restrict__ q, const bf16 *__restrict__ qkv,
-                                      const int *__restrict__ pos, int B, int T, int maxT, int C) {
+                                      const bf16 *__restrict__ qkv, const int *__restrict__ pos,
+                                      int B, int T, int maxT, int C) {
     const int nvec = C / VEC;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * T * nvec) return;
@@ -228,14 +278,10 @@ __global__ void kv_cache_store_kernel(bf16 *__restrict__ kcache, bf16 *__restric
     const size_t bt = idx / nvec;
     const int t = (int)(bt % T), b = (int)(bt / T);
     const int p = *pos + t;
-    const bf16 *src = qkv + bt * 3 * C + c;
-    float x[VEC];
-    if (q) {
-        load_bf16<VEC>(x, src);
-        store_bf16<VEC>(q + bt * C + c, x);
-    }
     if (p < 0 || p >= maxT) return;   // the caller checked; never write outside the cache
+    const bf16 *src = qkv + bt * 3 * C + c;
     const size_t dst = ((size_t)b * maxT + p) * C + c;
+    float x[VEC];
     load_bf16<VEC>(x, src + C);
     store_bf16<VEC>(kcache + dst, x);
     load_bf16<VEC>(x, src + 2 * C);
@@ -244,34 +290,54 @@ __global__ void kv_cache_store_kernel(bf16 *__restrict__ kcache, bf16 *__restric
 
 }  // namespace
 
-// splits <= max_splits(maxT) for every span <= maxT
+// counters, then splits <= max_splits(maxT) records per head for every span <= maxT
 size_t attention_decode_scratch_size(int B, int maxT, int NH, int HS) {
     ensure_backend();
-    return (size_t)B * NH * max_splits(B, NH, maxT) * (HS + 2) * sizeof(float);
+    return counters_bytes(B, NH) + (size_t)B * NH * max_splits(B, NH, maxT) * (HS + 2) * sizeof(float);
 }
 
 void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
                       const floatX *vcache, int B, int len, int maxT, int NH, int HS) {
     if (len < 1 || len > maxT) die("attention_decode: length %d outside [1, %d]", len, maxT);
-    decode(out, (float *)scratch, q, kcache, vcache, nullptr, len, len, B, maxT, NH, HS);
+    DecodeArgs a = {};
+    a.q = CBF(q);
+    a.kcache = const_cast<bf16 *>(CBF(kcache));   // read only: no new row to store
+    a.vcache = const_cast<bf16 *>(CBF(vcache));
+    a.len_host = len;
+    a.q_stride = NH * HS;
+    a.maxT = maxT;
+    a.NH = NH;
+    a.HS = HS;
+    decode(a, out, scratch, len, B);
 }
 
-void attention_decode_dev(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
-                          const floatX *vcache, const int *len, int B, int maxT, int NH, int HS) {
-    decode(out, (float *)scratch, q, kcache, vcache, len, 0, maxT, B, maxT, NH, HS);
+void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
+                           floatX *vcache, const int *pos, int B, int maxT, int NH, int HS) {
+    const int C = NH * HS;
+    DecodeArgs a = {};
+    a.q = CBF(qkv);
+    a.new_k = CBF(qkv) + C;
+    a.new_v = CBF(qkv) + 2 * C;
+    a.kcache = BF(kcache);
+    a.vcache = BF(vcache);
+    a.pos_dev = pos;
+    a.q_stride = 3 * C;
+    a.maxT = maxT;
+    a.NH = NH;
+    a.HS = HS;
+    decode(a, out, scratch, maxT, B);
 }
 
-void kv_cache_store(floatX *kcache, floatX *vcache, floatX *q, const floatX *qkv,
-                    const int *pos, int B, int T, int maxT, int NH, int HS) {
+void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int *pos, int B,
+                    int T, int maxT, int NH, int HS) {
     const int C = NH * HS, threads = 256;
     const size_t rows = (size_t)B * T;
     if (rows == 0) return;
-    if (C % 8 == 0 && is_aligned16(kcache) && is_aligned16(vcache) && is_aligned16(qkv) &&
-        (!q || is_aligned16(q)))
+    if (C % 8 == 0 && is_aligned16(kcache) && is_aligned16(vcache) && is_aligned16(qkv))
         kv_cache_store_kernel<8><<<ceil_div(rows * (C / 8), threads), threads, 0, cuda_stream>>>(
-            BF(kcache), BF(vcache), BF(q), CBF(qkv), pos, B, T, maxT, C);
+            BF(kcache), BF(vcache), CBF(qkv), pos, B, T, maxT, C);
     else
         kv_cache_store_kernel<1><<<ceil_div(rows * C, threads), threads, 0, cuda_stream>>>(
-            BF(kcache), BF(vcache), BF(q), CBF(qkv), pos, B, T, maxT, C);
+            BF(kcache), BF(vcache), CBF(qkv), pos, B, T, maxT, C);
     LAUNCH_CHECK();
 }

@@ -3,16 +3,7 @@
 #include "../runtime/cuda_common.cuh"
 #include "layers.h"
 
-// Through 0.5 (1 + tanh(u)) = sigmoid(2u): the same function, but for negative x, 1 + tanh(u)
-// cancels to a few bits while the sigmoid keeps its relative precision (layers/gelu.c too).
-// For large |x| the exponential overflows to inf and the results go cleanly to 0 or x.
-static const float GELU_SCALE = 0.7978845608028654f;   // sqrt(2/pi)
-static const float GELU_CUBIC = 0.044715f;
-
-static __device__ __forceinline__ float gelu_value(float x) {
-    const float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-    return x / (1.0f + __expf(-2.0f * u));
-}
+#include "gelu.cuh"   // gelu_value, GELU_SCALE, GELU_CUBIC (the decode step's GEMV uses them too)
 
 // d gelu(x) / dx = s + 2 x s (1 - s) du/dx, with s = sigmoid(2u)
 static __device__ __forceinline__ float gelu_derivative(float x) {

@@ -4,8 +4,6 @@
 
 #include <math.h>
 
-#define LAYERNORM_EPS 1e-5f
-
 // One row: out (C), *mean, *rstd from x (C). Not inlined, so that both entry points run one
 // compiled copy of it (the same vectorised sums): a layernorm recomputed from a stored residual
 // gets the bits the fused residual pass gave.

@@ -9,7 +9,6 @@
 #include "column_sums.cuh"
 #include "layers.h"
 
-static const float LAYERNORM_EPS = 1e-5f;
 enum { LN_UNROLL = 4 };
 
 // x = a, or with add (not NULL) the residual add fused in: x = bf16(a + add), rounded as

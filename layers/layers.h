@@ -50,7 +50,8 @@ size_t encoder_backward_scratch_size(int B, int T);
 void encoder_backward(floatX *dwte, floatX *dwpe, void *scratch, const floatX *dout,
                       const int *tokens, int B, int T, int C);
 
-// out = (inp - mean) * rstd * weight + bias, per row, eps 1e-5
+// out = (inp - mean) * rstd * weight + bias, per row, rstd = 1 / sqrt(variance + eps)
+#define LAYERNORM_EPS 1e-5f
 // out (N,C), mean (N) fp32, rstd (N) fp32, inp (N,C), weight (C), bias (C)
 void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
                        const floatX *weight, const floatX *bias, int N, int C);
@@ -111,25 +112,59 @@ void crossentropy_loss_mean(float *mean, float *sum, const float *losses, int N)
 // positions are read. Scale 1/sqrt(HS). One kernel for both attention backends: it is the
 // decode step of either, and flash-decoding on the GPU (the cache split across blocks).
 // scratch: attention_decode_scratch_size(B, maxT, NH, HS) bytes, enough for every len <=
-// maxT (CUDA: the partial results of the splits of the cache)
+// maxT (CUDA: the partial results of the splits of the cache, and a counter per head that
+// elects the block that combines them), zero before its first use (dev_memset_zero once);
+// every call leaves it zero again
 size_t attention_decode_scratch_size(int B, int maxT, int NH, int HS);
 void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
                       const floatX *vcache, int B, int len, int maxT, int NH, int HS);
 
-// The rest of generation's layer calls (layers/decode_attention.*, argmax.*). What changes
-// from one decode step to the next (the position) is read from device memory, so that the step
-// is the same sequence of launches every time and CUDA can replay it as one graph
+// The rest of generation's layer calls (layers/decode_attention.*, fused.*, argmax.*). What
+// changes from one decode step to the next (the position) is read from device memory, so that
+// the step is the same sequence of launches every time and CUDA can replay it as one graph
 // (runtime/graph.h).
 //
-// attention_decode with len read from device memory (one int32): the work is laid out for
-// maxT positions and the parts past len return at once.
-void attention_decode_dev(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
-                          const floatX *vcache, const int *len, int B, int maxT, int NH, int HS);
-// Splits the qkv of T new positions: their keys and values go into the KV cache at positions
-// pos .. pos+T-1 (pos: one int32 in device memory), their queries, when q is not NULL, to q.
-// kcache, vcache (B, maxT, NH, HS); q (B, T, NH, HS) or NULL; qkv (B, T, 3, NH, HS).
-void kv_cache_store(floatX *kcache, floatX *vcache, floatX *q, const floatX *qkv,
-                    const int *pos, int B, int T, int maxT, int NH, int HS);
+// The decode step's attention: the new token's key and value, read from qkv (B, 3, NH, HS), go
+// into the cache at position pos (one int32 in device memory), and its query attends to
+// positions 0..pos (its own included, as causality wants). out (B, NH, HS); kcache, vcache
+// (B, maxT, NH, HS). The work is laid out for maxT positions; the parts past pos return at once.
+// scratch: attention_decode_scratch_size(B, maxT, NH, HS) bytes, as for attention_decode.
+void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
+                           floatX *vcache, const int *pos, int B, int maxT, int NH, int HS);
+// The prefill's keys and values: those of qkv (B, T, 3, NH, HS) go into the KV cache at
+// positions pos .. pos+T-1 (pos: one int32 in device memory). kcache, vcache (B, maxT, NH, HS).
+void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int *pos, int B,
+                    int T, int maxT, int NH, int HS);
+
+// The decode step's fused calls (layers/fused.*): each does what several layers above do one
+// after another. A decode step has a row per sequence, N = B; at a few rows its matmuls are
+// matrix-vector products bound by reading the weights, and at batch 1 the step's time went to
+// the boundaries between some 150 small kernels. On CUDA with N <= FUSED_MAX_ROWS each call is
+// one GEMV kernel that loads its weights before waiting for the kernel before it (runtime/
+// cuda_common.cuh, PDL); with more rows (tensor-core GEMMs win there) and on the CPU, the
+// layers above one after another (layers/fused_plain.h), which is also what the fused kernels
+// are tested against. Both round where the layers do (layernorm output, matmul output, GELU
+// output to floatX), so the fused results differ from the layers' only by summation order.
+// scratch: fused_scratch_size(N, C, OC) bytes for N rows, C channels in and OC outputs at most
+// (a matmul's, not the LM head's); zero before its first use (dev_memset_zero once; the LM
+// head's argmax keeps a counter there that every call leaves zero).
+#define FUSED_MAX_ROWS 8
+size_t fused_scratch_size(int N, int C, int OC);
+// out (N, OC) = layernorm(inp) @ weight^T + bias, then GELU when gelu != 0
+// inp (N, C), lnw, lnb (C), weight (OC, C), bias (OC)
+void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
+                              const floatX *lnb, const floatX *weight, const floatX *bias, int N,
+                              int C, int OC, int gelu);
+// residual (N, OC) += inp @ weight^T + bias, the product rounded to floatX before the add (as
+// matmul_forward then residual_forward). inp (N, C), weight (OC, C), bias (OC)
+void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
+                             const floatX *weight, const floatX *bias, int N, int C, int OC);
+// The tied LM head and greedy decoding's choice: logits (N, Vp) = layernorm(inp) @ wte^T,
+// argmax (N) as logits_argmax gives it over the first V columns of the rounded logits.
+// inp (N, C), lnw, lnb (C), wte (Vp, C)
+void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,
+                     const floatX *lnw, const floatX *lnb, const floatX *wte, int N, int C, int V,
+                     int Vp);
 // out[b] = the index of the largest of the first V entries of row b of logits (rows
 // row_stride elements apart), the smallest index among equals. out (B) int32 device array.
 void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int V);

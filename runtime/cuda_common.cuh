@@ -128,3 +128,61 @@ __device__ __forceinline__ void elementwise2(bf16 *out, const bf16 *a, const bf1
         for (; i < n; i++) out[i] = __float2bfloat16_rn(op(__bfloat162float(a[i]), __bfloat162float(b[i])));
     }
 }
+
+// ---- programmatic dependent launch (PDL, sm_90 and later) -----------------------------------
+// A decode step is a chain of small kernels, each needing the one before it to finish. Launched
+// with launch_pdl, a kernel may start while the one before it on the stream still runs: it may
+// do what does not depend on that kernel first (issue the loads of its weights), then
+// pdl_wait() blocks until the kernel before has completed and its writes are visible. So
+// weight streaming overlaps the previous kernel's tail and the launch gap.
+// Rules every such kernel keeps:
+//  - nothing written by an earlier kernel is read before pdl_wait();
+//  - every block calls pdl_wait(), even a block with nothing to do, before it exits: then the
+//    grid completes only after the one before it, and the next kernel's wait covers all
+//    earlier kernels, not just the last;
+//  - pdl_launch_dependents() early (after the weight loads are issued) lets the next kernel
+//    start; it can only be scheduled once every block of this one runs, so it never takes the
+//    place of a block this one still needs.
+// Without PDL (a plain launch, or a GPU before sm_90) both are no-ops and launches serialise.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// PDL on unless CUDA_PDL=0 (read once: a benchmark switch, to measure what it saves)
+bool pdl_enabled(void);
+
+// kernel<<<grid, block, smem, cuda_stream>>>(args...), allowed to start before the previous
+// kernel on the stream has finished (PDL); the kernel must keep the rules above. Kept across
+// CUDA graph capture as a programmatic edge. The caller checks the launch (LAUNCH_CHECK).
+template <typename... Params, typename... Args>
+static void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                       Args... args) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = cuda_stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
+// 16 bytes of weights that are read once per decode step: not kept in L1 (the next use is a
+// whole step away), through the read-only path
+__device__ __forceinline__ int4 load_streaming(const void *p) {
+    int4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}

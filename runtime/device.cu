@@ -67,6 +67,15 @@ void backend_describe(char *buf, size_t n) {
 
 size_t backend_workspace_size(void) { return cublaslt_workspace_size; }
 
+bool pdl_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) {
+        const char *env = getenv("CUDA_PDL");
+        enabled = !(env && strcmp(env, "0") == 0) && device_prop.major >= 9;
+    }
+    return enabled;
+}
+
 // Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from NVIDIA's datasheets, by the
 // device name the driver reports; the first entry whose name is part of the device's name
 // wins, so the more specific names come first.

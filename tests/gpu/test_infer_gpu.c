@@ -53,7 +53,13 @@ static void test_attention_decode(unsigned long long *rng) {
         floatX *dq = upload_rounded(q, B * C), *dk = upload_rounded(kc, cache);
         floatX *dv = upload_rounded(vc, cache), *dout = dev_malloc(B * C * sizeof(floatX), "out");
         int *dlen = dev_malloc(sizeof(int), "len");
-        void *dscratch = dev_malloc(attention_decode_scratch_size(B, maxT, NH, HS), "scratch");
+        size_t scratch_bytes = attention_decode_scratch_size(B, maxT, NH, HS);
+        void *dscratch = dev_malloc(scratch_bytes, "scratch");
+        dev_memset_zero(dscratch, scratch_bytes);   // its counters start at zero (layers.h)
+        // the decode step's call: qkv (B, 3C) holds q and the new row's k, v; its own cache
+        float *qkv = malloc((size_t)B * 3 * C * sizeof(float)), *kc2 = malloc(cache * sizeof(float));
+        floatX *dqkv = dev_malloc((size_t)B * 3 * C * sizeof(floatX), "qkv");
+        floatX *dk2 = dev_malloc(cache * sizeof(floatX), "k2"), *dv2 = dev_malloc(cache * sizeof(floatX), "v2");
         int lens[] = {1, 15, 16, 17, 63, 64, 65, 333, 1000, 4097, maxT};
         for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]); j++) {
             int len = lens[j];
@@ -67,37 +73,57 @@ static void test_attention_decode(unsigned long long *rng) {
             CHECK_CLOSE(o, ref, (size_t)B * C, 1e-2, "attention_decode B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
             CHECK_CLOSE(o, cpu, (size_t)B * C, 1e-2, "attention_decode against the CPU's, B=%d len=%d", B, len);
+            // attention_decode_step at pos = len - 1: the row comes from qkv, the cache's row
+            // len-1 is poisoned first and must come out equal to the original
+            for (int b = 0; b < B; b++) {
+                size_t last = ((size_t)b * maxT + len - 1) * C;
+                memcpy(qkv + (size_t)b * 3 * C, q + (size_t)b * C, C * sizeof(float));
+                memcpy(qkv + (size_t)b * 3 * C + C, kc + last, C * sizeof(float));
+                memcpy(qkv + (size_t)b * 3 * C + 2 * C, vc + last, C * sizeof(float));
+            }
+            floatX_upload(dqkv, qkv, (size_t)B * 3 * C);
+            dev_copy(dk2, dk, cache * sizeof(floatX));
+            dev_copy(dv2, dv, cache * sizeof(floatX));
+            for (int b = 0; b < B; b++) {
+                poison(dk2 + ((size_t)b * maxT + len - 1) * C, C);
+                poison(dv2 + ((size_t)b * maxT + len - 1) * C, C);
+            }
             poison(dout, B * C);
-            dev_upload(dlen, &len, sizeof(int));
-            attention_decode_dev(dout, dscratch, dq, dk, dv, dlen, B, maxT, NH, HS);
+            int pos = len - 1;
+            dev_upload(dlen, &pos, sizeof(int));
+            attention_decode_step(dout, dscratch, dqkv, dk2, dv2, dlen, B, maxT, NH, HS);
             floatX_download(o, dout, B * C);
-            CHECK_CLOSE(o, ref, (size_t)B * C, 1e-2, "attention_decode_dev B=%d len=%d maxT=%d NH=%d HS=%d",
+            // (laid out for maxT, not len: other splits, so not the same bits as attention_decode)
+            CHECK_CLOSE(o, ref, (size_t)B * C, 1e-2, "attention_decode_step B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
+            floatX_download(kc2, dk2, cache);
+            int same = memcmp(kc2, kc, cache * sizeof(float)) == 0;
+            floatX_download(kc2, dv2, cache);
+            same &= memcmp(kc2, vc, cache * sizeof(float)) == 0;
+            CHECK(same, "attention_decode_step writes the new k and v at position %d, nothing else", pos);
         }
         dev_free(dq); dev_free(dk); dev_free(dv); dev_free(dout); dev_free(dlen); dev_free(dscratch);
-        free(q); free(kc); free(vc); free(o); free(ref); free(cpu);
+        dev_free(dqkv); dev_free(dk2); dev_free(dv2);
+        free(q); free(kc); free(vc); free(o); free(ref); free(cpu); free(qkv); free(kc2);
     }
 }
 
 static void test_kv_cache_store(unsigned long long *rng) {
     int B = 3, T = 5, NH = 4, HS = 64, C = NH * HS, maxT = 12, pos = 6;
-    size_t cache = (size_t)B * maxT * C, src_n = (size_t)B * T * 3 * C, q_n = (size_t)B * T * C;
+    size_t cache = (size_t)B * maxT * C, src_n = (size_t)B * T * 3 * C;
     float *src = malloc(src_n * sizeof(float)), *kc = malloc(cache * sizeof(float));
     float *vc = malloc(cache * sizeof(float)), *zeros = calloc(cache, sizeof(float));
-    float *q = malloc(q_n * sizeof(float));
     test_fill(src, src_n, 1.0f, rng);
-    floatX *dsrc = upload_rounded(src, src_n), *dq = dev_malloc(q_n * sizeof(floatX), "q");
+    floatX *dsrc = upload_rounded(src, src_n);
     floatX *dk = dev_malloc(cache * sizeof(floatX), "k"), *dv = dev_malloc(cache * sizeof(floatX), "v");
     int *dpos = dev_malloc(sizeof(int), "pos");
     floatX_upload(dk, zeros, cache);
     floatX_upload(dv, zeros, cache);
-    poison(dq, q_n);
     dev_upload(dpos, &pos, sizeof(int));
-    kv_cache_store(dk, dv, dq, dsrc, dpos, B, T, maxT, NH, HS);
+    kv_cache_store(dk, dv, dsrc, dpos, B, T, maxT, NH, HS);
     floatX_download(kc, dk, cache);
     floatX_download(vc, dv, cache);
-    floatX_download(q, dq, q_n);
-    int right = 1, queries = 1;
+    int right = 1;
     for (int b = 0; b < B; b++)
         for (int s = 0; s < maxT; s++)
             for (int c = 0; c < C; c++) {
@@ -105,12 +131,10 @@ static void test_kv_cache_store(unsigned long long *rng) {
                 const float *row = src + ((size_t)b * T + (s - pos)) * 3 * C;
                 int in = s >= pos && s < pos + T;
                 right &= kc[i] == (in ? row[C + c] : 0.0f) && vc[i] == (in ? row[2 * C + c] : 0.0f);
-                if (in) queries &= q[((size_t)b * T + (s - pos)) * C + c] == row[c];
             }
     CHECK(right, "kv_cache_store copies k and v bit for bit to positions %d..%d, nothing else", pos, pos + T - 1);
-    CHECK(queries, "kv_cache_store splits off the queries bit for bit");
-    dev_free(dsrc); dev_free(dq); dev_free(dk); dev_free(dv); dev_free(dpos);
-    free(src); free(kc); free(vc); free(zeros); free(q);
+    dev_free(dsrc); dev_free(dk); dev_free(dv); dev_free(dpos);
+    free(src); free(kc); free(vc); free(zeros);
 }
 
 static void test_argmax(unsigned long long *rng) {
@@ -136,6 +160,102 @@ static void test_argmax(unsigned long long *rng) {
 }
 
 // ----------------------------------------------------------------------------------------
+// the decode step's fused calls against the plain layers they fuse, on the same GPU: at
+// N <= FUSED_MAX_ROWS they are GEMV kernels of their own (layers/fused.cu), above it the plain
+// layers themselves. Tolerance relative 1e-2: both round their outputs to bf16 and sum in
+// other orders; the argmax of the LM head must be exactly the first argmax of its own logits.
+
+static floatX *upload_random(float *host, size_t n, float scale, unsigned long long *rng) {
+    test_fill(host, n, scale, rng);
+    return upload_rounded(host, n);
+}
+
+static void test_fused_calls(unsigned long long *rng) {
+    // (C, OC): GPT-2 124M's QKV and FC (K = 768, KC = 3), its projections from 4C (K = 3072,
+    // KC = 12), a small model's (K = 256), a K that is no multiple of 256
+    int shapes[][2] = {{768, 2304}, {768, 3072}, {3072, 768}, {256, 1024}, {1024, 256}, {200, 72}};
+    int rows[] = {1, 2, 3, 4, 8, 9};
+    for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+        int C = shapes[k][0], OC = shapes[k][1];
+        for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+            int N = rows[r];
+            float *h = malloc((size_t)(N * C + 2 * C + OC * C + OC + N * OC) * sizeof(float));
+            float *got = malloc((size_t)N * OC * sizeof(float)), *want = malloc((size_t)N * OC * sizeof(float));
+            floatX *inp = upload_random(h, (size_t)N * C, 2.0f, rng);
+            floatX *lnw = upload_random(h, C, 1.0f, rng), *lnb = upload_random(h, C, 0.5f, rng);
+            floatX *w = upload_random(h, (size_t)OC * C, 0.05f, rng), *bias = upload_random(h, OC, 0.5f, rng);
+            floatX *res = upload_random(h, (size_t)N * OC, 1.0f, rng);
+            floatX *out = dev_malloc((size_t)N * OC * sizeof(floatX), "out");
+            floatX *ln = dev_malloc((size_t)N * C * sizeof(floatX), "ln");
+            floatX *pre = dev_malloc((size_t)N * OC * sizeof(floatX), "pre");
+            floatX *res2 = dev_malloc((size_t)N * OC * sizeof(floatX), "res2");
+            float *stats = dev_malloc(2 * N * sizeof(float), "stats");
+            size_t scratch_bytes = fused_scratch_size(N, C, OC);
+            void *scratch = dev_malloc(scratch_bytes, "scratch");
+            dev_memset_zero(scratch, scratch_bytes);
+            for (int gelu = 0; gelu <= 1; gelu++) {
+                layernorm_matmul_forward(out, scratch, inp, lnw, lnb, w, bias, N, C, OC, gelu);
+                floatX_download(got, out, (size_t)N * OC);
+                layernorm_forward(ln, stats, stats + N, inp, lnw, lnb, N, C);
+                matmul_forward(gelu ? pre : out, ln, w, bias, N, C, OC);
+                if (gelu) gelu_forward(out, pre, (size_t)N * OC);
+                floatX_download(want, out, (size_t)N * OC);
+                CHECK_CLOSE(got, want, (size_t)N * OC, 1e-2, "layernorm_matmul_forward N=%d C=%d OC=%d gelu=%d",
+                            N, C, OC, gelu);
+            }
+            dev_copy(res2, res, (size_t)N * OC * sizeof(floatX));
+            matmul_residual_forward(res2, scratch, inp, w, bias, N, C, OC);
+            floatX_download(got, res2, (size_t)N * OC);
+            matmul_forward(pre, inp, w, bias, N, C, OC);
+            residual_forward(out, res, pre, (size_t)N * OC);
+            floatX_download(want, out, (size_t)N * OC);
+            CHECK_CLOSE(got, want, (size_t)N * OC, 1e-2, "matmul_residual_forward N=%d C=%d OC=%d", N, C, OC);
+            dev_free(inp); dev_free(lnw); dev_free(lnb); dev_free(w); dev_free(bias); dev_free(res);
+            dev_free(out); dev_free(ln); dev_free(pre); dev_free(res2); dev_free(stats); dev_free(scratch);
+            free(h); free(got); free(want);
+        }
+    }
+
+    // the LM head at GPT-2's vocabulary: logits against the plain layers', the argmax exact
+    int C = 768, V = 50257, Vp = 50304;
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        int N = rows[r];
+        float *h = malloc((size_t)Vp * C * sizeof(float));
+        float *got = malloc((size_t)N * Vp * sizeof(float)), *want = malloc((size_t)N * Vp * sizeof(float));
+        floatX *inp = upload_random(h, (size_t)N * C, 2.0f, rng);
+        floatX *lnw = upload_random(h, C, 1.0f, rng), *lnb = upload_random(h, C, 0.5f, rng);
+        floatX *wte = upload_random(h, (size_t)Vp * C, 0.05f, rng);
+        floatX *logits = dev_malloc((size_t)N * Vp * sizeof(floatX), "logits");
+        floatX *ln = dev_malloc((size_t)N * C * sizeof(floatX), "ln");
+        float *stats = dev_malloc(2 * N * sizeof(float), "stats");
+        int *am = dev_malloc(N * sizeof(int), "argmax"), got_am[16];
+        size_t scratch_bytes = fused_scratch_size(N, C, 4 * C);
+        void *scratch = dev_malloc(scratch_bytes, "scratch");
+        dev_memset_zero(scratch, scratch_bytes);
+        for (int call = 0; call < 2; call++) {   // twice: the counter must be left at zero
+            lm_head_forward(logits, am, scratch, inp, lnw, lnb, wte, N, C, V, Vp);
+            floatX_download(got, logits, (size_t)N * Vp);
+            dev_download(got_am, am, N * sizeof(int));
+            int first = 1;
+            for (int n = 0; n < N; n++) {
+                int best = 0;
+                for (int i = 1; i < V; i++)
+                    if (got[(size_t)n * Vp + i] > got[(size_t)n * Vp + best]) best = i;
+                first &= got_am[n] == best;
+            }
+            CHECK(first, "lm_head_forward's argmax is the first argmax of its logits, N=%d (call %d)", N, call + 1);
+        }
+        layernorm_forward(ln, stats, stats + N, inp, lnw, lnb, N, C);
+        matmul_forward(logits, ln, wte, NULL, N, C, Vp);
+        floatX_download(want, logits, (size_t)N * Vp);
+        CHECK_CLOSE(got, want, (size_t)N * Vp, 1e-2, "lm_head_forward's logits N=%d", N);
+        dev_free(inp); dev_free(lnw); dev_free(lnb); dev_free(wte); dev_free(logits); dev_free(ln);
+        dev_free(stats); dev_free(am); dev_free(scratch);
+        free(h); free(got); free(want);
+    }
+}
+
+// ----------------------------------------------------------------------------------------
 // the model
 
 static void full_logits(GPT2 *m, const int *seq, int B, int T, float *logits) {
@@ -150,11 +270,11 @@ static float *cached_run(GPT2 *m, const int *seq, int B, int T0, int steps, int 
     int *prompt = malloc((size_t)B * T0 * sizeof(int));
     for (int b = 0; b < B; b++) memcpy(prompt + b * T0, seq + b * seq_len, T0 * sizeof(int));
     KVCache cache;
-    kv_cache_init(&cache, m, B, T0 + steps);
+    kv_cache_init(&cache, m, B, T0 + steps - 1);   // the last step fills its last position
     gpt2_prefill(m, &cache, prompt, B, T0);
     for (int i = 0; i < steps; i++) {
         if (i > 0) {
-            int next[8];
+            int next[16];
             for (int b = 0; b < B; b++) next[b] = seq[b * seq_len + T0 + i - 1];
             gpt2_decode_step(m, &cache, next, T0 + i - 1);
         }
@@ -168,19 +288,18 @@ static float *cached_run(GPT2 *m, const int *seq, int B, int T0, int steps, int 
     return all;
 }
 
-static void test_cached_decoding(unsigned long long *rng) {
-    GPT2Config c = {.max_seq_len = 256, .vocab_size = 50257, .padded_vocab_size = 50304,
-                    .num_layers = 4, .num_heads = 4, .channels = 256};
-    GPT2 m;
-    gpt2_init_random(&m, c, 3);
-    int B = 3, T0 = 37, steps = 60, len = T0 + steps, V = c.vocab_size;
+// B sequences, a prompt of T0, then steps - 1 decode steps: the first at position T0, the last
+// at the cache's last position, T0 + steps - 2 (cached_run sizes the cache so)
+static void check_cached_decoding(GPT2 *m, int B, int T0, int steps, unsigned long long *rng) {
+    GPT2Config c = m->config;
+    int len = T0 + steps, V = c.vocab_size;
     int *seq = malloc((size_t)B * len * sizeof(int)), *flat = malloc((size_t)B * len * sizeof(int));
     for (int i = 0; i < B * len; i++) seq[i] = (int)((test_randf(rng) * 0.5f + 0.5f) * V) % V;
 
     setenv("CUDA_GRAPHS", "1", 1);
-    float *graphed = cached_run(&m, seq, B, T0, steps, len);
+    float *graphed = cached_run(m, seq, B, T0, steps, len);
     setenv("CUDA_GRAPHS", "0", 1);
-    float *launched = cached_run(&m, seq, B, T0, steps, len);
+    float *launched = cached_run(m, seq, B, T0, steps, len);
     setenv("CUDA_GRAPHS", "1", 1);
     CHECK(memcmp(graphed, launched, (size_t)steps * B * V * sizeof(float)) == 0,
           "the decode step replayed as a CUDA graph gives the same bits as kernel by kernel");
@@ -190,14 +309,25 @@ static void test_cached_decoding(unsigned long long *rng) {
     for (int i = 0; i < steps; i++) {
         int T = T0 + i;
         for (int b = 0; b < B; b++) memcpy(flat + b * T, seq + b * len, T * sizeof(int));
-        full_logits(&m, flat, B, T, want);
+        full_logits(m, flat, B, T, want);
         double e = rel_error(graphed + (size_t)i * B * V, want, (size_t)B * V);
         if (e > worst) worst = e;
     }
-    CHECK(worst <= 1e-2, "cached logits on the GPU equal the recomputed ones over %d steps (worst rel error %.2e)",
-          steps, worst);
-    printf("cached vs recomputed logits, bf16: worst relative error %.2e over %d steps\n", worst, steps);
+    CHECK(worst <= 1e-2, "cached logits on the GPU equal the recomputed ones, B=%d, positions %d..%d "
+          "(worst rel error %.2e)", B, T0, T0 + steps - 2, worst);
+    printf("cached vs recomputed logits, bf16, B=%d: worst relative error %.2e over %d steps\n", B, worst, steps);
     free(want); free(graphed); free(launched); free(seq); free(flat);
+}
+
+static void test_cached_decoding(unsigned long long *rng) {
+    GPT2Config c = {.max_seq_len = 256, .vocab_size = 50257, .padded_vocab_size = 50304,
+                    .num_layers = 4, .num_heads = 4, .channels = 256};
+    GPT2 m;
+    gpt2_init_random(&m, c, 3);
+    check_cached_decoding(&m, 3, 37, 60, rng);    // B=3: the fused kernels at NR = 4
+    check_cached_decoding(&m, 1, 1, 50, rng);     // batch 1 from position 1
+    check_cached_decoding(&m, 4, 200, 57, rng);   // B=4 up to the model's last position, 255
+    check_cached_decoding(&m, 9, 20, 12, rng);    // B=9: above FUSED_MAX_ROWS, the plain layers
     gpt2_free(&m);
 }
 
@@ -213,6 +343,7 @@ int main(void) {
     test_attention_decode(&rng);
     test_kv_cache_store(&rng);
     test_argmax(&rng);
+    test_fused_calls(&rng);
     test_cached_decoding(&rng);
     return test_summary();
 }

@@ -1,0 +1,24 @@
+// fused.c: the decode step's fused calls on the CPU: the plain layers one after another
+// (fused_plain.h). The CPU has no launches to save; these calls exist so that the model
+// (gpt2_decode.c) makes the same calls on both backends.
+#include "fused_plain.h"
+
+size_t fused_scratch_size(int N, int C, int OC) { return plain_scratch_size(N, C, OC); }
+
+void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
+                              const floatX *lnb, const floatX *weight, const floatX *bias, int N,
+                              int C, int OC, int gelu) {
+    plain_layernorm_matmul(out, plain_scratch(scratch, N, C), inp, lnw, lnb, weight, bias, N, C,
+                           OC, gelu);
+}
+
+void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
+                             const floatX *weight, const floatX *bias, int N, int C, int OC) {
+    plain_matmul_residual(residual, plain_scratch(scratch, N, C), inp, weight, bias, N, C, OC);
+}
+
+void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,
+                     const floatX *lnw, const floatX *lnb, const floatX *wte, int N, int C, int V,
+                     int Vp) {
+    plain_lm_head(logits, argmax, plain_scratch(scratch, N, C), inp, lnw, lnb, wte, N, C, V, Vp);
+}

@@ -1,0 +1,66 @@
+// fused_plain.h: the decode step's fused calls (layers.h) as the plain layers they fuse, one
+// after another: the CPU backend's implementation of them (fused.c), and the CUDA backend's
+// with more rows than its GEMV kernels take (fused.cu). One definition for both, so the CPU
+// and the CUDA fallback cannot drift apart. Included by layers/fused.c and layers/fused.cu.
+#ifndef FUSED_PLAIN_H
+#define FUSED_PLAIN_H
+
+#include "layers.h"
+
+static inline size_t plain_align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// the plain calls' scratch: ln (N, C), its mean and rstd (N), pre (N, OC) a matmul's output
+// before GELU or before the residual add
+typedef struct {
+    floatX *ln;
+    float *mean, *rstd;
+    floatX *pre;
+} PlainScratch;
+
+static inline size_t plain_scratch_size(int N, int C, int OC) {
+    return plain_align256((size_t)N * C * sizeof(floatX)) + 2 * plain_align256((size_t)N * sizeof(float)) +
+           plain_align256((size_t)N * OC * sizeof(floatX));
+}
+
+static inline PlainScratch plain_scratch(void *scratch, int N, int C) {
+    char *p = (char *)scratch;
+    PlainScratch s;
+    s.ln = (floatX *)p;
+    p += plain_align256((size_t)N * C * sizeof(floatX));
+    s.mean = (float *)p;
+    p += plain_align256((size_t)N * sizeof(float));
+    s.rstd = (float *)p;
+    p += plain_align256((size_t)N * sizeof(float));
+    s.pre = (floatX *)p;
+    return s;
+}
+
+static inline void plain_layernorm_matmul(floatX *out, PlainScratch s, const floatX *inp,
+                                          const floatX *lnw, const floatX *lnb,
+                                          const floatX *weight, const floatX *bias, int N, int C,
+                                          int OC, int gelu) {
+    layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
+    if (gelu) {
+        matmul_forward(s.pre, s.ln, weight, bias, N, C, OC);
+        gelu_forward(out, s.pre, (size_t)N * OC);
+    } else {
+        matmul_forward(out, s.ln, weight, bias, N, C, OC);
+    }
+}
+
+static inline void plain_matmul_residual(floatX *residual, PlainScratch s, const floatX *inp,
+                                         const floatX *weight, const floatX *bias, int N, int C,
+                                         int OC) {
+    matmul_forward(s.pre, inp, weight, bias, N, C, OC);
+    residual_forward(residual, residual, s.pre, (size_t)N * OC);
+}
+
+static inline void plain_lm_head(floatX *logits, int *argmax, PlainScratch s, const floatX *inp,
+                                 const floatX *lnw, const floatX *lnb, const floatX *wte, int N,
+                                 int C, int V, int Vp) {
+    layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
+    matmul_forward(logits, s.ln, wte, NULL, N, C, Vp);
+    logits_argmax(argmax, logits, Vp, N, V);
+}
+
+#endif
