@@ -6,8 +6,8 @@
 //
 // On Hopper (compute capability 9.0) the forward and the backward's main kernel are
 // flash_sm90.cu's TMA + wgmma kernels instead (chosen at run time; both are in every flash
-// build). They save and read the same logsumexp, and the backward's prep kernel below serves
-// both main kernels (its convert kernel only the mma.sync one).
+// build). They save and read the same logsumexp, and the backward's prep and convert kernels
+// below serve both main kernels.
 //
 // ---- notation -------------------------------------------------------------------------------
 // Per head (b, h): Q, K, V, O, dO are (T, HS) views of the packed tensors, read and written in
@@ -441,8 +441,7 @@ __global__ void __launch_bounds__(kFwdThreads)
 //       warp 32 query rows x HS*BR/(32*KV_WARPS) columns) and adds it into the fp32 dQ
 //       accumulator, (B, T, NH, HS) in scratch, with atomics (float2: one vector RED each).
 //     At the end dK (times scale) and dV are written once, as bf16, into packed dqkv.
-//  3. convert: dq (bf16) = scale * accumulator, into packed dqkv (on Hopper the main kernel
-//     does this itself, tile by tile, as each tile's sum completes).
+//  3. convert: dq (bf16) = scale * accumulator, into packed dqkv.
 //
 // Why atomics and not a separate query-outer dQ pass: the separate pass would recompute S, P
 // and dP (two more of the five tile matmuls, 40% more tensor work, plus all the exp2 again);
@@ -835,13 +834,10 @@ void backward_launch(floatX *dqkv, void *scratch, const floatX *dout, const floa
         LAUNCH_CHECK();
     }
 
-    if (!hopper) {   // (the Hopper kernel converts each dQ tile itself once it is complete)
-        const int rows = B * T * NH;
-        flash_dq_convert_kernel<HS><<<ceil_div((long)rows * (HS / 8), prep_threads),
-                                      prep_threads, 0, cuda_stream>>>(BF(dqkv), sc.dq_accum, NH,
-                                                                      rows, scale);
-        LAUNCH_CHECK();
-    }
+    const int rows = B * T * NH;
+    flash_dq_convert_kernel<HS><<<ceil_div((long)rows * (HS / 8), prep_threads), prep_threads, 0,
+                                  cuda_stream>>>(BF(dqkv), sc.dq_accum, NH, rows, scale);
+    LAUNCH_CHECK();
 }
 
 }  // namespace

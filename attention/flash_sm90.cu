@@ -294,9 +294,8 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 // P = exp2(S * scale*log2e - logsumexp*log2e) recomputed from Q, K and the forward's logsumexp,
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D) with D[q] = sum dO[q] O[q],
 //   dK = scale dS^T Q,  dQ = scale dS K
-// Two kernels: flash.cu's prep (D, logsumexp*log2e, zeroed dQ sums and flags), then this one,
-// which also converts each query tile's fp32 dQ sums (times scale) to bf16 in dqkv once the last
-// of its key blocks has added to them.
+// Three kernels: flash.cu's prep (D, logsumexp*log2e, zeroed dQ sums), this one, flash.cu's
+// convert (the fp32 dQ sums, times scale, to bf16 in dqkv).
 //
 // ---- the tile picture: one CTA = one key/value block of BC = 128 rows of one head ---------------
 //
@@ -317,8 +316,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //                   └───────────────┘      (B, T, NH, HS); `deterministic`: in key-block order
 //
 //   producer warpgroup (24 registers): thread 0 issues every load (K, V once; then the ring),
-//   thread 32 issues every dQ reduction and counts each tile's completed additions in its flag;
-//   warps 2, 3 convert the tiles whose count this CTA completed; consumers 1, 2 (240 registers).
+//   thread 32 issues every dQ reduction; consumers 1, 2 (240 registers).
 //
 // Why this shape (FlashAttention-3's backward, arXiv 2407.08608, is the same plan):
 // - Key/value-outer: dK and dV stay in registers for the whole kernel and are written once; only
@@ -350,10 +348,7 @@ struct BwdShape {
     static constexpr int BC = 128;                   // key/value rows of a CTA, 64 per consumer
     static constexpr int BR = HS == 64 ? 128 : 64;   // query rows of a step
     static constexpr int THREADS = 384;              // producer warpgroup + 2 consumers
-    // the CTA is launched with 168 registers a thread (384 threads: 64,512), and the consumers
-    // can take only what the producer gives back: 128*24 + 256*240 = 64,512. (A producer kept at
-    // 32 leaves setmaxnreg.inc to 240 waiting forever.)
-    static constexpr int CONSUMER_REGS = 240;
+    static constexpr int CONSUMER_REGS = 240;        // 128*24 + 256*240 = 64,512 of 65,536
     static constexpr int STAGES = 2;                 // Q/dO ring (3 do not fit beside the rest)
     // dS^T stored before dV and dK are issued (the stores drain under the issue): 2-4% faster
     // at HS = 64, 1-3% slower at HS = 128 (docs/PERF.md, "Hopper backward", second round)
@@ -388,30 +383,6 @@ __device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t 
         wgmma_ss<1>(dq, desc_advance(dds, kc * 16 * 128), desc_advance(dk, kc * 16 * 128), kc > 0);
 }
 
-// dq (bf16, packed dqkv) = scale * the fp32 sums of query rows q0..q0+BR-1 of head h, batch b,
-// by the 64 threads i = 0..63, 8 values (two 16-byte loads, one store) at a time. The sums were
-// completed by other CTAs' TMA reductions: read through L2 (ld.global.cg), never a stale L1.
-// One row chunk at a time: more loads in flight do not fit the producer's 24 registers.
-template <int HS, int BR>
-__device__ __forceinline__ void convert_dq_tile(bf16 *dqkv, const float *dq_accum, int q0, int i,
-                                                int b, int h, int T, int NH, float scale) {
-    constexpr int CHUNKS = HS / 8;   // of 8 values, a row
-#pragma unroll 1
-    for (int idx = i; idx < BR * CHUNKS; idx += 64) {
-        const int q = q0 + idx / CHUNKS, col = (idx % CHUNKS) * 8;
-        if (q >= T) break;
-        const size_t bt = (size_t)b * T + q;
-        const float4 *src = reinterpret_cast<const float4 *>(dq_accum + (bt * NH + h) * HS + col);
-        const float4 x = __ldcg(src), y = __ldcg(src + 1);
-        uint4 v;
-        v.x = pack_bf16(x.x * scale, x.y * scale);
-        v.y = pack_bf16(x.z * scale, x.w * scale);
-        v.z = pack_bf16(y.x * scale, y.y * scale);
-        v.w = pack_bf16(y.z * scale, y.w * scale);
-        *reinterpret_cast<uint4 *>(dqkv + bt * 3 * NH * HS + h * HS + col) = v;
-    }
-}
-
 // Grid: (key/value blocks) x (B*NH), 1-D, key block 0 of every head first (under the causal
 // mask it sees every query tile: the longest first, the short ones fill the tail). One CTA per SM.
 template <int HS, bool DETERMINISTIC>
@@ -420,16 +391,13 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                                const __grid_constant__ CUtensorMap kv_map,   // qkv, BC-row boxes
                                const __grid_constant__ CUtensorMap do_map,   // dout, BR-row boxes
                                const __grid_constant__ CUtensorMap dq_map,   // dQ sums, 64 x 32
-                               bf16 *__restrict__ dqkv, const float *__restrict__ dq_accum,
-                               const float *__restrict__ lse2,
+                               bf16 *__restrict__ dqkv, const float *__restrict__ lse2,
                                const float *__restrict__ Dg, uint32_t *__restrict__ dq_flags,
                                int T, int Tpad, int NH, int BNH, float scale, float scale_log2) {
     using S = BwdShape<HS>;
     constexpr int BC = S::BC, BR = S::BR, STAGES = S::STAGES;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t kv_full, full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
-    __shared__ uint64_t cvt_full[2], cvt_empty[2];   // writer -> converters: completed dQ tiles
-    __shared__ int cvt_tile[2];
     // the dynamic shared memory, 1024-aligned: as a generic pointer and as a shared address
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t base = smem_addr(smem);
@@ -437,8 +405,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     const int bh = blockIdx.x % BNH, kv_block = blockIdx.x / BNH;
     const int b = bh / NH, h = bh % NH;
     const int kv0 = kv_block * BC;
-    const int q_tiles = (int)(((unsigned)T + BR - 1) / BR);   // (unsigned: a shift, uniform)
+    const int q_tiles = (T + BR - 1) / BR;
     const int first_tile = kv0 / BR;   // earlier queries see none of the block's keys
+    const int steps = q_tiles - first_tile;
     // the warpgroup, broadcast from lane 0 so that the compiler knows it is warp-uniform and keeps
     // what derives from it (operand addresses, wgmma descriptors) in uniform registers
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
@@ -452,20 +421,10 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         for (int c = 0; c < 2; c++) {
             mbar_init(&dq_full[c], 128);
             mbar_init(&dq_empty[c], 1);
-            mbar_init(&cvt_full[c], 1);
-            mbar_init(&cvt_empty[c], 64);
         }
         mbar_fence_init();
     }
     __syncthreads();
-
-    // the writer's n-th completed tile (-1: no more) to the converters, through a ring of two
-    auto hand_over_tile = [&](int n, int tile) {
-        const RingSlot<2> slot(n);
-        mbar_wait(&cvt_empty[slot.stage], slot.parity ^ 1);
-        cvt_tile[slot.stage] = tile;
-        mbar_arrive(&cvt_full[slot.stage]);
-    };
 
     if (wg == 0) {
         setmaxnreg_dec<kProducerRegs>();
@@ -479,9 +438,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 tma_load_4d(base + S::V_OFF + off, &kv_map, &kv_full, p * kPanelCols, 2 * NH + h,
                             kv0, b);
             }
-            for (int tile = first_tile; tile < q_tiles; tile++) {
-                const RingSlot<STAGES> slot(tile - first_tile);
-                const int q0 = tile * BR;
+            for (int step = 0; step < steps; step++) {
+                const RingSlot<STAGES> slot(step);
+                const int q0 = (first_tile + step) * BR;
                 mbar_wait(&empty[slot.stage], slot.parity ^ 1);
                 mbar_arrive_expect_tx(&full[slot.stage], 2 * S::QT_BYTES + 2 * S::VEC_BYTES);
                 for (int p = 0; p < S::PANELS; p++) {
@@ -498,21 +457,12 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                           &full[slot.stage]);
             }
         } else if (threadIdx.x == 32) {
-            // ---- dQ writer: each step's two 64 x 64 parts, reduce-added into the fp32 sums.
-            // Once a tile's addition has completed, it is counted in the tile's flag; the CTA
-            // whose count completes the tile (all its key blocks, tile * BR / BC + 1, have added)
-            // hands it to the converters.
-            int handed = 0;
-            auto added = [&](int tile) {
-                fence_proxy_async_global();
-                if (add_acq_rel(dq_flags + (size_t)bh * q_tiles + tile, 1) + 1 ==
-                    (uint32_t)(tile * BR / BC + 1))
-                    hand_over_tile(handed++, tile);
-            };
-            for (int tile = first_tile; tile < q_tiles; tile++) {
-                const int step = tile - first_tile, q0 = tile * BR;
+            // ---- dQ writer: each step's two 64 x 64 parts, reduce-added into the fp32 sums
+            for (int step = 0; step < steps; step++) {
+                const int tile = first_tile + step, q0 = tile * BR;
+                uint32_t *flag = dq_flags + (size_t)bh * q_tiles + tile;
                 if (DETERMINISTIC) {   // key blocks 0..kv_block-1 have added theirs
-                    while (load_acquire(dq_flags + (size_t)bh * q_tiles + tile) != (uint32_t)kv_block) {
+                    while (load_acquire(flag) != (uint32_t)kv_block) {
                     }
                     fence_proxy_async_global();
                 }
@@ -527,35 +477,18 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 tma_wait_read();   // staging read: the consumers may write the next step's
                 mbar_arrive(&dq_empty[0]);
                 mbar_arrive(&dq_empty[1]);
-                if (DETERMINISTIC) {   // this one now, so that key block kv_block + 1 may go
+                if (DETERMINISTIC) {   // added: key block kv_block + 1 may go
                     tma_wait();
-                    added(tile);
-                } else if (step > 0) {   // the step before's, whose wait overlapped this one
-                    tma_wait<1>();
-                    added(tile - 1);
+                    fence_proxy_async_global();
+                    add_release(flag, 1);
                 }
             }
             tma_wait();
-            if (!DETERMINISTIC && first_tile < q_tiles) added(q_tiles - 1);
-            hand_over_tile(handed, -1);   // no more: the converters stop
-        } else if (threadIdx.x >= 64) {
-            // ---- dQ converters (warps 2, 3): each completed tile's sums, times scale, to bf16
-            // into packed dqkv; the tile's rows are in L2, just added. This replaces a kernel
-            // that read the whole fp32 dQ once more after this one.
-            for (int n = 0;; n++) {
-                const RingSlot<2> slot(n);
-                mbar_wait(&cvt_full[slot.stage], slot.parity);
-                const int tile = cvt_tile[slot.stage];
-                if (tile < 0) break;
-                convert_dq_tile<HS, BR>(dqkv, dq_accum, tile * BR, threadIdx.x - 64, b, h, T, NH, scale);
-                mbar_arrive(&cvt_empty[slot.stage]);
-            }
         }
     } else {
         // ---- consumer c: key rows kv0 + 64c .. kv0 + 64c + 63
         setmaxnreg_inc<S::CONSUMER_REGS>();
         const int c = wg - 1;
-        const int steps = q_tiles - first_tile;
         const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
         const int g = lane / 4, t = lane % 4;
         const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
@@ -812,9 +745,9 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
     const CUtensorMap dq_map =
         *tensor_map_4d(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, HS, NH, T, B, 32, 64);
     const int blocks = ceil_div(T, S::BC) * B * NH;
-    kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dqkv,
-                                                        dq_accum, lse2, D, dq_flags, T, Tpad, NH,
-                                                        B * NH, scale, scale * kLog2e);
+    kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dqkv, lse2,
+                                                        D, dq_flags, T, Tpad, NH, B * NH, scale,
+                                                        scale * kLog2e);
     LAUNCH_CHECK();
 }
 

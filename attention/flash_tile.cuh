@@ -120,11 +120,9 @@ __device__ __forceinline__ void tma_commit() {
 __device__ __forceinline__ void tma_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
-// cp.async.bulk.wait_group N: every committed group but the N most recent has completed (its
-// writes performed)
-template <int N = 0>
+// cp.async.bulk.wait_group 0: every committed group has completed (its writes performed)
 __device__ __forceinline__ void tma_wait() {
-    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 // ---- proxies ------------------------------------------------------------------------------------
@@ -147,14 +145,6 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t *p) {
 // red.release.gpu.add: *p += v after everything this thread wrote before
 __device__ __forceinline__ void add_release(uint32_t *p, uint32_t v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-// atom.acq_rel.gpu.add: *p += v after everything this thread wrote before, returning the old
-// value, and with it everything the earlier adders released
-__device__ __forceinline__ uint32_t add_acq_rel(uint32_t *p, uint32_t v) {
-    uint32_t old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n"
-                 : "=r"(old) : "l"(p), "r"(v) : "memory");
-    return old;
 }
 
 // ---- warpgroups ---------------------------------------------------------------------------------
