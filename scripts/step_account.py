@@ -64,8 +64,10 @@ def read_ncu(path):
 
 
 def second_step(kernels, path):
-    is_opt = [bool(re.search(r"adamw", n, re.I)) for n, *_ in kernels]
-    ends = [i for i in range(len(kernels)) if is_opt[i] and (i + 1 == len(kernels) or not is_opt[i + 1])]
+    # an optimizer step is a cluster of AdamW kernels, in llm.c with other small kernels between
+    # them (a few apart at most); it ends at the cluster's last AdamW kernel
+    opt = [i for i, (n, *_) in enumerate(kernels) if re.search(r"adamw", n, re.I)]
+    ends = [i for j, i in enumerate(opt) if j + 1 == len(opt) or opt[j + 1] - i > 8]
     if len(ends) < 2:
         sys.exit("%s: %d optimizer step(s) found, 2 needed (a run of 2 training steps)" % (path, len(ends)))
     return kernels[ends[0] + 1:ends[1] + 1]
