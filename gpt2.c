@@ -445,48 +445,43 @@ static void upload_tokens(int *dst, const int *src, size_t n, int V, const char 
 // the forward pass; with targets, the mean loss in model->loss[0] (added to model->loss[1]
 // when dloss != 0, a training micro-batch, which also leaves dlogits in place of logits)
 // ----------------------------------------------------------------------------------------
-// the transformer block: the forward (training and decoding), then the backward (training)
+// the transformer block: its forward, then (below) its backward. (A decode step has fused
+// calls of its own, gpt2_decode.c.)
 
-void block_forward(const LayerParams *w, const BlockBuffers *x, const floatX *residual,
-                   BlockAttention attention, int N, int C) {
-    // attention block: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-    if (!x->ln1_done)
-        layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual, w->ln1w, w->ln1b, N, C);
-    matmul_forward(x->qkv, x->ln1, w->qkvw, w->qkvb, N, C, 3 * C);
-    attention.run(attention.ctx, x->atty, x->qkv);
-    matmul_forward(x->proj, x->atty, w->attprojw, w->attprojb, N, C, C);
-    // MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))); the residual add
-    // and ln2 in one pass
-    layernorm_residual_forward(x->residual2, x->ln2, x->ln2_mean, x->ln2_rstd, residual, x->proj,
-                               w->ln2w, w->ln2b, N, C);
-    matmul_forward(x->fch, x->ln2, w->fcw, w->fcb, N, C, 4 * C);
-    gelu_forward(x->fch_gelu, x->fch, (size_t)N * 4 * C);
-    matmul_forward(x->proj, x->fch_gelu, w->fcprojw, w->fcprojb, N, 4 * C, C);
-    const LayerNormOut *next = &x->next;
-    if (next->out)   // the last residual add and the layernorm after the block, in one pass
-        layernorm_residual_forward(x->residual3, next->out, next->mean, next->rstd, x->residual2,
-                                   x->proj, next->weight, next->bias, N, C);
-    else
-        residual_forward(x->residual3, x->residual2, x->proj, (size_t)N * C);
-}
-
-// a training layer's buffers: its own activations, the model's shared projection scratch
-static BlockBuffers layer_buffers(const LayerActs *x, floatX *proj) {
-    return (BlockBuffers){.ln1 = x->ln1, .ln1_mean = x->ln1_mean, .ln1_rstd = x->ln1_rstd,
-                          .qkv = x->qkv, .atty = x->atty, .proj = proj,
-                          .residual2 = x->residual2, .ln2 = x->ln2, .ln2_mean = x->ln2_mean,
-                          .ln2_rstd = x->ln2_rstd, .fch = x->fch, .fch_gelu = x->fch_gelu,
-                          .residual3 = x->residual3};
-}
-
-// the causal attention of a training batch, saving what its backward needs in att_saved
+// a layernorm's output: what layernorm_residual_forward writes after a residual add
 typedef struct {
-    void *saved, *scratch;
-    int B, T, NH, HS;
-} TrainAttention;
-static void train_attention(void *ctx, floatX *atty, const floatX *qkv) {
-    TrainAttention *a = ctx;
-    attention_forward(atty, a->saved, a->scratch, qkv, a->B, a->T, a->NH, a->HS);
+    floatX *out;                    // (N, C)
+    float *mean, *rstd;             // (N)
+    const floatX *weight, *bias;    // (C)
+} LayerNormOut;
+
+// Block l's forward on N = B*T rows of C channels, from its input `residual` (N, C) and ln1 of
+// it (made before the block: by forward for layer 0, by block l-1 for the others):
+//   residual2 = residual + attproj(attention(qkv(ln1)))       ln2 = layernorm(residual2)
+//   residual3 = residual2 + fcproj(gelu(fc(ln2)))             next = layernorm(residual3)
+// where next is block l+1's ln1 or, after the last block, lnf. Each residual add is one pass
+// with the layernorm after it; a.scratch_c holds each projection before its add.
+static void block_forward(GPT2 *model, int l, const floatX *residual, LayerNormOut next) {
+    GPT2Config c = model->config;
+    int B = model->last_B, T = model->last_T, N = B * T;
+    int NH = c.num_heads, C = c.channels, HS = C / NH;
+    ParameterTensors p = model->params;
+    ActivationTensors a = model->acts;
+    LayerParams w = gpt2_layer_params(&p, C, l);
+    LayerActs x = gpt2_layer_acts(model, l);
+    floatX *proj = a.scratch_c;
+    // attention block
+    matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+    attention_forward(x.atty, x.att_saved, a.att_scratch, x.qkv, B, T, NH, HS);
+    matmul_forward(proj, x.atty, w.attprojw, w.attprojb, N, C, C);
+    layernorm_residual_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, proj,
+                               w.ln2w, w.ln2b, N, C);
+    // MLP block
+    matmul_forward(x.fch, x.ln2, w.fcw, w.fcb, N, C, 4 * C);
+    gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
+    matmul_forward(proj, x.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+    layernorm_residual_forward(x.residual3, next.out, next.mean, next.rstd, x.residual2, proj,
+                               next.weight, next.bias, N, C);
 }
 
 static void forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss) {
@@ -494,8 +489,7 @@ static void forward(GPT2 *model, const int *inputs, const int *targets, int B, i
     model->last_B = B;
     model->last_T = T;
     GPT2Config c = model->config;
-    int L = c.num_layers, NH = c.num_heads, C = c.channels, V = c.vocab_size;
-    int Vp = c.padded_vocab_size, HS = C / NH, N = B * T;
+    int L = c.num_layers, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, N = B * T;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
     upload_tokens(a.inputs, inputs, N, V, "input");
@@ -508,20 +502,14 @@ static void forward(GPT2 *model, const int *inputs, const int *targets, int B, i
     LayerParams w0 = gpt2_layer_params(&p, C, 0);
     layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, a.encoded, w0.ln1w, w0.ln1b, N, C);
     for (int l = 0; l < L; l++) {
-        LayerParams w = gpt2_layer_params(&p, C, l);
-        LayerActs x = gpt2_layer_acts(model, l);
         floatX *residual = l == 0 ? a.encoded : gpt2_layer_acts(model, l - 1).residual3;
-        BlockBuffers buf = layer_buffers(&x, a.scratch_c);
-        buf.ln1_done = 1;
+        LayerNormOut next = {a.lnf, a.lnf_mean, a.lnf_rstd, p.lnfw, p.lnfb};
         if (l + 1 < L) {
             LayerActs xn = gpt2_layer_acts(model, l + 1);
             LayerParams wn = gpt2_layer_params(&p, C, l + 1);
-            buf.next = (LayerNormOut){xn.ln1, xn.ln1_mean, xn.ln1_rstd, wn.ln1w, wn.ln1b};
-        } else {
-            buf.next = (LayerNormOut){a.lnf, a.lnf_mean, a.lnf_rstd, p.lnfw, p.lnfb};
+            next = (LayerNormOut){xn.ln1, xn.ln1_mean, xn.ln1_rstd, wn.ln1w, wn.ln1b};
         }
-        TrainAttention att = {x.att_saved, a.att_scratch, B, T, NH, HS};
-        block_forward(&w, &buf, residual, (BlockAttention){train_attention, &att}, N, C);
+        block_forward(model, l, residual, next);
     }
     matmul_forward(a.logits, a.lnf, p.wte, NULL, N, C, Vp);   // tied LM head
     if (!targets) return;

@@ -166,35 +166,6 @@ int gpt2_allocate_activations(GPT2 *model, int B, int T);
 // layer l's activations of the last pass (last_B, last_T): views into the (L, ...) tensors
 LayerActs gpt2_layer_acts(const GPT2 *model, int l);
 
-// ---- the transformer block, written once -------------------------------------------------
-// x_out = x + attproj(attention(qkv(ln1(x)))) then + fcproj(gelu(fc(ln2(.)))), on N rows of C
-// channels. BlockBuffers says where each intermediate goes: training keeps them per layer
-// (LayerActs; a decode step has its own fused calls, gpt2_decode.c). `proj` holds each projection's
-// output before its residual add; residual3 may be the input x (read only before it is written).
-// Training also fuses each residual add into the layernorm after it (layernorm_residual_forward):
-// the block's ln1 is then made before the block (ln1_done: by the caller for layer 0, by the
-// block before for the others), and `next` names the layernorm after the block (the next
-// block's ln1, or lnf), which the block's last residual add makes. Decoding leaves both zero:
-// the block makes its own ln1 and ends with residual3.
-typedef struct {
-    floatX *out;                    // (N, C)
-    float *mean, *rstd;             // (N)
-    const floatX *weight, *bias;    // (C)
-} LayerNormOut;
-typedef struct {
-    floatX *ln1, *qkv, *atty, *proj, *residual2, *ln2, *fch, *fch_gelu, *residual3;
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-    int ln1_done;          // ln1, ln1_mean, ln1_rstd already hold the layernorm of the input
-    LayerNormOut next;     // next.out NULL: no layernorm after the block
-} BlockBuffers;
-// The attention between qkv (N, 3C) and atty (N, C): the causal attention of a training batch.
-typedef struct {
-    void (*run)(void *ctx, floatX *atty, const floatX *qkv);
-    void *ctx;
-} BlockAttention;
-void block_forward(const LayerParams *w, const BlockBuffers *x, const floatX *residual,
-                   BlockAttention attention, int N, int C);
-
 // Forward pass on inputs (B, T) host token ids. With targets (B, T), returns the mean
 // cross-entropy loss (waiting for the device to compute it); without (NULL), returns -1 and
 // leaves the logits in acts.logits.
