@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+# scripts/timeline.py: where a training step's wall time goes on the GPU, from the timeline that
+# bench/kernel_timeline.c (a CUPTI injection library) recorded while the program ran as it
+# always runs: kernels back to back, no replay, the clocks of a sustained run. Plain Python.
+#
+# usage: timeline.py RUN.csv [--name NAME] [--skip N]
+#   steps are cut at the optimizer: a cluster of AdamW kernels (others a few apart between them,
+#   as in llm.c) ends a step; the first --skip steps (default 2: start-up and warm-up) are left out
+#
+# For each step: its wall time (from the end of the step before's last AdamW kernel to the end of
+# its own), the time some kernel ran, the time only copies or memsets ran, and the gaps where the
+# GPU ran nothing, with the largest gaps and what came before and after each; and the kernels'
+# time by step_account.py's groups, as run (not alone, as Nsight Compute times them). Printed as
+# markdown: the mean over the steps, then the largest gaps of the last step.
+import argparse, csv, os, re, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from step_account import GROUPS, ORDER  # noqa: E402
+
+
+def group_of(name):
+    for g, rx in GROUPS:
+        if re.search(rx, name):
+            return g
+
+
+def read(path):
+    acts = []   # (start, end, kind, name), ns
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            acts.append((int(r["start_ns"]), int(r["end_ns"]), r["kind"], r["name"]))
+    acts.sort()
+    return acts
+
+
+def steps(acts):
+    """[(t0, t1)]: each step's window, from one optimizer cluster's end to the next's"""
+    opt = [i for i, a in enumerate(acts) if a[2] == "kernel" and re.search(r"adamw", a[3], re.I)]
+    ends = [i for j, i in enumerate(opt) if j + 1 == len(opt) or opt[j + 1] - i > 8]
+    return [(acts[ends[k - 1]][1], acts[ends[k]][1]) for k in range(1, len(ends))]
+
+
+def account(acts, t0, t1):
+    inside = [a for a in acts if a[0] >= t0 and a[1] <= t1]
+    kernel = copy = 0
+    busy_end = t0
+    gaps = []   # (ns, before, after)
+    before = "(step start)"
+    groups = {g: 0 for g in ORDER}
+    for s, e, kind, name in inside:
+        if s > busy_end:
+            gaps.append((s - busy_end, before, name))
+        if kind == "kernel":
+            kernel += e - s
+            groups[group_of(name)] += e - s
+        else:
+            copy += e - s
+        if e > busy_end:
+            busy_end, before = e, name
+    return {"wall": t1 - t0, "kernel": kernel, "copy": copy, "gap": sum(g[0] for g in gaps),
+            "gaps": gaps, "n": len(inside), "groups": groups}
+
+
+def short(name, n=60):
+    m = re.search(r"(flash_\w+?_kernel|\w+_kernel\w*|nvjet\w*|\w*gemm\w*|cutlass\w*)", name)
+    name = m.group(1) if m else name
+    return name if len(name) <= n else name[:n] + "..."
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("csv")
+    p.add_argument("--name", default="")
+    p.add_argument("--skip", type=int, default=2)
+    a = p.parse_args()
+    acts = read(a.csv)
+    windows = steps(acts)[a.skip - 1:] if a.skip > 0 else steps(acts)
+    if not windows:
+        sys.exit("%s: fewer than %d optimizer steps in the timeline" % (a.csv, a.skip + 1))
+    accs = [account(acts, t0, t1) for t0, t1 in windows]
+    ms = lambda key: sum(x[key] for x in accs) / len(accs) / 1e6
+    print("### %s: GPU timeline of a step (CUPTI, as run), mean of %d steps" % (a.name or a.csv, len(accs)))
+    print()
+    print("| | ms | share of the step |")
+    print("|---|--:|--:|")
+    wall = ms("wall")
+    for label, key in (("wall time of a step", "wall"), ("kernels running", "kernel"),
+                       ("copies and memsets running", "copy"), ("nothing running (gaps)", "gap")):
+        print("| %s | %.2f | %.1f%% |" % (label, ms(key), 100 * ms(key) / wall))
+    n = sum(x["n"] for x in accs) / len(accs)
+    ngaps = sum(len(x["gaps"]) for x in accs) / len(accs)
+    print("| activities a step; gaps a step | %.0f; %.0f | |" % (n, ngaps))
+    print()
+    print("| kernel group, as run | ms |")
+    print("|---|--:|")
+    for g in ORDER:
+        v = sum(x["groups"][g] for x in accs) / len(accs) / 1e6
+        if v > 0:
+            print("| %s | %.2f |" % (g, v))
+    print()
+    last = accs[-1]
+    print("Largest gaps of the last step (us: the activity before -> the one after):")
+    print()
+    for ns, before, after in sorted(last["gaps"], reverse=True)[:8]:
+        print("- %.1f: %s -> %s" % (ns / 1e3, short(before), short(after)))
+    small = [g for g in last["gaps"] if g[0] < 10000]
+    print("- gaps under 10 us: %d, %.2f ms in all" % (len(small), sum(g[0] for g in small) / 1e6))
+
+
+if __name__ == "__main__":
+    main()
