@@ -73,6 +73,11 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #ifndef FLASH_SM90_PINGPONG
 #define FLASH_SM90_PINGPONG 1
 #endif
+// The backward's grid: 0, one CTA per work item (key/value block of a head); 1, one CTA per SM,
+// each walking several items (see flash_backward_sm90_kernel).
+#ifndef FLASH_SM90_PERSISTENT
+#define FLASH_SM90_PERSISTENT 0
+#endif
 
 // The shapes measured best on an H200 (docs/PERF.md, "Hopper forward"): HS=128, 2 consumers and
 // a 3-stage ring (all the shared memory there is; 2 stages left the consumers waiting for K/V);
@@ -383,8 +388,13 @@ __device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t 
         wgmma_ss<1>(dq, desc_advance(dds, kc * 16 * 128), desc_advance(dk, kc * 16 * 128), kc > 0);
 }
 
-// Grid: (key/value blocks) x (B*NH), 1-D, key block 0 of every head first (under the causal
-// mask it sees every query tile: the longest first, the short ones fill the tail). One CTA per SM.
+// Work items: (key/value blocks) x (B*NH), numbered key block 0 of every head first (under the
+// causal mask it sees every query tile: the longest first, the short ones fill the tail). One
+// CTA per SM; CTA i takes items i, i + gridDim.x, ... in that order. With a grid of one CTA per
+// item each CTA does one; with a grid of one CTA per SM (FLASH_SM90_PERSISTENT) each does
+// several, and the next item's K, V and first Q, dO tiles load while the consumers write the
+// last item's dK, dV: at T = 1,024 an item is 4.5 query tiles on average, and a CTA's start and
+// end, unoverlapped, are a large part of its time.
 template <int HS, bool DETERMINISTIC>
 __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     flash_backward_sm90_kernel(const __grid_constant__ CUtensorMap q_map,    // qkv, BR-row boxes
@@ -397,23 +407,36 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     using S = BwdShape<HS>;
     constexpr int BC = S::BC, BR = S::BR, STAGES = S::STAGES;
     extern __shared__ unsigned char smem_raw[];
-    __shared__ uint64_t kv_full, full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
+    __shared__ uint64_t kv_full, kv_empty, full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
     // the dynamic shared memory, 1024-aligned: as a generic pointer and as a shared address
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t base = smem_addr(smem);
 
-    const int bh = blockIdx.x % BNH, kv_block = blockIdx.x / BNH;
-    const int b = bh / NH, h = bh % NH;
-    const int kv0 = kv_block * BC;
     const int q_tiles = (T + BR - 1) / BR;
-    const int first_tile = kv0 / BR;   // earlier queries see none of the block's keys
-    const int steps = q_tiles - first_tile;
+    const int items = (T + BC - 1) / BC * BNH;
+    // item t: key/value rows kv0.. of head h, batch b; its steps are the query tiles
+    // first_tile..q_tiles-1 (earlier queries see none of the block's keys)
+    struct Item {
+        int bh, kv_block, b, h, kv0, first_tile, steps;
+    };
+    auto item = [&](int t) {
+        Item it;
+        it.bh = t % BNH;
+        it.kv_block = t / BNH;
+        it.b = it.bh / NH;
+        it.h = it.bh % NH;
+        it.kv0 = it.kv_block * BC;
+        it.first_tile = it.kv0 / BR;
+        it.steps = q_tiles - it.first_tile;
+        return it;
+    };
     // the warpgroup, broadcast from lane 0 so that the compiler knows it is warp-uniform and keeps
     // what derives from it (operand addresses, wgmma descriptors) in uniform registers
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
 
     if (threadIdx.x == 0) {
         mbar_init(&kv_full, 1);
+        mbar_init(&kv_empty, 256);
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], 256);
@@ -430,209 +453,227 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x == 0) {
             // ---- producer. Tensor-map coordinates: {column, part * NH + head, row, batch} in
-            // qkv (part 0, 1, 2 = q, k, v), {column, head, row, batch} in dout
-            mbar_arrive_expect_tx(&kv_full, 2 * S::KV_BYTES);
-            for (int p = 0; p < S::PANELS; p++) {
-                const uint32_t off = p * BC * kRowBytes;
-                tma_load_4d(base + S::K_OFF + off, &kv_map, &kv_full, p * kPanelCols, NH + h, kv0, b);
-                tma_load_4d(base + S::V_OFF + off, &kv_map, &kv_full, p * kPanelCols, 2 * NH + h,
-                            kv0, b);
-            }
-            for (int step = 0; step < steps; step++) {
-                const RingSlot<STAGES> slot(step);
-                const int q0 = (first_tile + step) * BR;
-                mbar_wait(&empty[slot.stage], slot.parity ^ 1);
-                mbar_arrive_expect_tx(&full[slot.stage], 2 * S::QT_BYTES + 2 * S::VEC_BYTES);
+            // qkv (part 0, 1, 2 = q, k, v), {column, head, row, batch} in dout. `ring` counts
+            // the CTA's steps over all its items: the ring's stages and phases run on across them.
+            int ring = 0, n = 0;
+            for (int t = blockIdx.x; t < items; t += gridDim.x, n++) {
+                const Item it = item(t);
+                if (n > 0) mbar_wait(&kv_empty, (n - 1) & 1);   // the last item's K, V are read
+                mbar_arrive_expect_tx(&kv_full, 2 * S::KV_BYTES);
                 for (int p = 0; p < S::PANELS; p++) {
-                    const uint32_t off = slot.stage * S::QT_BYTES + p * BR * kRowBytes;
-                    tma_load_4d(base + S::Q_OFF + off, &q_map, &full[slot.stage], p * kPanelCols,
-                                h, q0, b);
-                    tma_load_4d(base + S::DO_OFF + off, &do_map, &full[slot.stage],
-                                p * kPanelCols, h, q0, b);
+                    const uint32_t off = p * BC * kRowBytes;
+                    tma_load_4d(base + S::K_OFF + off, &kv_map, &kv_full, p * kPanelCols,
+                                NH + it.h, it.kv0, it.b);
+                    tma_load_4d(base + S::V_OFF + off, &kv_map, &kv_full, p * kPanelCols,
+                                2 * NH + it.h, it.kv0, it.b);
                 }
-                const size_t vec = (size_t)bh * Tpad + q0;
-                bulk_load(base + S::LSE_OFF + slot.stage * S::VEC_BYTES, lse2 + vec, S::VEC_BYTES,
-                          &full[slot.stage]);
-                bulk_load(base + S::D_OFF + slot.stage * S::VEC_BYTES, Dg + vec, S::VEC_BYTES,
-                          &full[slot.stage]);
+                for (int step = 0; step < it.steps; step++, ring++) {
+                    const RingSlot<STAGES> slot(ring);
+                    const int q0 = (it.first_tile + step) * BR;
+                    mbar_wait(&empty[slot.stage], slot.parity ^ 1);
+                    mbar_arrive_expect_tx(&full[slot.stage], 2 * S::QT_BYTES + 2 * S::VEC_BYTES);
+                    for (int p = 0; p < S::PANELS; p++) {
+                        const uint32_t off = slot.stage * S::QT_BYTES + p * BR * kRowBytes;
+                        tma_load_4d(base + S::Q_OFF + off, &q_map, &full[slot.stage],
+                                    p * kPanelCols, it.h, q0, it.b);
+                        tma_load_4d(base + S::DO_OFF + off, &do_map, &full[slot.stage],
+                                    p * kPanelCols, it.h, q0, it.b);
+                    }
+                    const size_t vec = (size_t)it.bh * Tpad + q0;
+                    bulk_load(base + S::LSE_OFF + slot.stage * S::VEC_BYTES, lse2 + vec,
+                              S::VEC_BYTES, &full[slot.stage]);
+                    bulk_load(base + S::D_OFF + slot.stage * S::VEC_BYTES, Dg + vec, S::VEC_BYTES,
+                              &full[slot.stage]);
+                }
             }
         } else if (threadIdx.x == 32) {
             // ---- dQ writer: each step's two 64 x 64 parts, reduce-added into the fp32 sums
-            for (int step = 0; step < steps; step++) {
-                const int tile = first_tile + step, q0 = tile * BR;
-                uint32_t *flag = dq_flags + (size_t)bh * q_tiles + tile;
-                if (DETERMINISTIC) {   // key blocks 0..kv_block-1 have added theirs
-                    while (load_acquire(flag) != (uint32_t)kv_block) {
+            int ring = 0;
+            for (int t = blockIdx.x; t < items; t += gridDim.x) {
+                const Item it = item(t);
+                for (int step = 0; step < it.steps; step++, ring++) {
+                    const int tile = it.first_tile + step, q0 = tile * BR;
+                    uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
+                    if (DETERMINISTIC) {   // key blocks 0..kv_block-1 have added theirs
+                        while (load_acquire(flag) != (uint32_t)it.kv_block) {
+                        }
+                        fence_proxy_async_global();
                     }
-                    fence_proxy_async_global();
-                }
-                for (int c = 0; c < 2; c++) {
-                    mbar_wait(&dq_full[c], step & 1);
-                    for (int x = 0; x < 2; x++)
-                        tma_reduce_add_4d(&dq_map,
-                                          base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
-                                          S::dq_col(c) + 32 * x, h, q0 + S::dq_row(c), b);
-                }
-                tma_commit();
-                tma_wait_read();   // staging read: the consumers may write the next step's
-                mbar_arrive(&dq_empty[0]);
-                mbar_arrive(&dq_empty[1]);
-                if (DETERMINISTIC) {   // added: key block kv_block + 1 may go
-                    tma_wait();
-                    fence_proxy_async_global();
-                    add_release(flag, 1);
+                    for (int c = 0; c < 2; c++) {
+                        mbar_wait(&dq_full[c], ring & 1);
+                        for (int x = 0; x < 2; x++)
+                            tma_reduce_add_4d(&dq_map,
+                                              base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
+                                              S::dq_col(c) + 32 * x, it.h, q0 + S::dq_row(c), it.b);
+                    }
+                    tma_commit();
+                    tma_wait_read();   // staging read: the consumers may write the next step's
+                    mbar_arrive(&dq_empty[0]);
+                    mbar_arrive(&dq_empty[1]);
+                    if (DETERMINISTIC) {   // added: key block kv_block + 1 may go
+                        tma_wait();
+                        fence_proxy_async_global();
+                        add_release(flag, 1);
+                    }
                 }
             }
             tma_wait();
         }
     } else {
-        // ---- consumer c: key rows kv0 + 64c .. kv0 + 64c + 63
+        // ---- consumer c: key rows kv0 + 64c .. kv0 + 64c + 63 of each of the CTA's items
         setmaxnreg_inc<S::CONSUMER_REGS>();
         const int c = wg - 1;
         const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
         const int g = lane / 4, t = lane % 4;
-        const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
         const uint32_t k_rows = base + S::K_OFF + 64 * c * kRowBytes;
         const uint32_t v_rows = base + S::V_OFF + 64 * c * kRowBytes;
-
-        float dk[HS / 2], dv[HS / 2];
-#pragma unroll
-        for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
         // Ping-pong: the consumers take turns to issue S^T and dP^T (named barriers 2, 3),
         // consumer 0 first, so that one's exponentials run while the other's products do;
-        // consumer 1 skips its last hand-over so that every wait has one arrival to match.
+        // consumer 1 skips its last hand-over of an item so that every wait has one arrival to
+        // match.
         auto my_turn = [&]() {
             if (FLASH_SM90_PINGPONG) named_bar_sync(2 + c, 256);
         };
         auto your_turn = [&]() {
             if (FLASH_SM90_PINGPONG) named_bar_arrive(2 + (c ^ 1), 256);
         };
-        if (c == 1) your_turn();
         // the staged dQ part goes to the writer: its stores made visible to TMA, then signalled
         auto hand_over_dq = [&]() {
             fence_proxy_async_shared();
             mbar_arrive(&dq_full[c]);
         };
-        mbar_wait(&kv_full, 0);
 
-        for (int step = 0; step < steps; step++) {
-            const RingSlot<STAGES> slot(step);
-            const int q0 = (first_tile + step) * BR;
-            const uint32_t q = base + S::Q_OFF + slot.stage * S::QT_BYTES;
-            const uint32_t dO = base + S::DO_OFF + slot.stage * S::QT_BYTES;
-            const float *lse_s = reinterpret_cast<const float *>(smem + S::LSE_OFF) + slot.stage * BR;
-            const float *D_s = reinterpret_cast<const float *>(smem + S::D_OFF) + slot.stage * BR;
-
-            // S^T = K Q^T, dP^T = V dO^T (64 keys x BR queries each)
-            float s[BR / 2], dp[BR / 2];
-            mbar_wait(&full[slot.stage], slot.parity);
-            my_turn();
-            wgmma_fence();
-            gemm_abt<HS, BR, BC, BR>(s, k_rows, q);
-            wgmma_commit();
-            gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
-            wgmma_commit();
-            if (c == 0 || step + 1 < steps) your_turn();
-            // the last step's dQ part, now that the fence's wait for its stores overlaps the
-            // products above
-            if (step > 0) hand_over_dq();
-
-            // P^T = exp2(S^T * scale*log2e - lse[query]*log2e), 0 where the key is after the
-            // query (only in tiles that cross this consumer's diagonal). Columns are queries:
-            // the thread's are 8j + 2t + {0, 1}. Query rows past T were loaded as zeros, with
-            // lse = D = 0: P = 1 there, but dO = 0 and dS = 1 * (0 - 0) = 0 add nothing.
-            wgmma_wait<1>();
-            fence_regs(s);
-            const bool diagonal = q0 < kv0 + 64 * c + 63;
+        int ring = 0;   // the CTA's steps over all its items (ring stages, dS^T buffers)
+        for (int ti = blockIdx.x; ti < items; ti += gridDim.x) {
+            const Item it = item(ti);
+            const int b = it.b, h = it.h, kv0 = it.kv0, first_tile = it.first_tile, steps = it.steps;
+            const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
+            float dk[HS / 2], dv[HS / 2];
 #pragma unroll
-            for (int j = 0; j < BR / 8; j++) {
-                const float2 l = *reinterpret_cast<const float2 *>(lse_s + 8 * j + 2 * t);
+            for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
+            if (c == 1) your_turn();
+            mbar_wait(&kv_full, ((ti - blockIdx.x) / gridDim.x) & 1);   // the CTA's n-th item
+
+            for (int step = 0; step < steps; step++, ring++) {
+                const RingSlot<STAGES> slot(ring);
+                const int q0 = (first_tile + step) * BR;
+                const uint32_t q = base + S::Q_OFF + slot.stage * S::QT_BYTES;
+                const uint32_t dO = base + S::DO_OFF + slot.stage * S::QT_BYTES;
+                const float *lse_s = reinterpret_cast<const float *>(smem + S::LSE_OFF) + slot.stage * BR;
+                const float *D_s = reinterpret_cast<const float *>(smem + S::D_OFF) + slot.stage * BR;
+
+                // S^T = K Q^T, dP^T = V dO^T (64 keys x BR queries each)
+                float s[BR / 2], dp[BR / 2];
+                mbar_wait(&full[slot.stage], slot.parity);
+                my_turn();
+                wgmma_fence();
+                gemm_abt<HS, BR, BC, BR>(s, k_rows, q);
+                wgmma_commit();
+                gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
+                wgmma_commit();
+                if (c == 0 || step + 1 < steps) your_turn();
+                // the last step's dQ part, now that the fence's wait for its stores overlaps the
+                // products above
+                if (step > 0) hand_over_dq();
+
+                // P^T = exp2(S^T * scale*log2e - lse[query]*log2e), 0 where the key is after the
+                // query (only in tiles that cross this consumer's diagonal). Columns are queries:
+                // the thread's are 8j + 2t + {0, 1}. Query rows past T were loaded as zeros, with
+                // lse = D = 0: P = 1 there, but dO = 0 and dS = 1 * (0 - 0) = 0 add nothing.
+                wgmma_wait<1>();
+                fence_regs(s);
+                const bool diagonal = q0 < kv0 + 64 * c + 63;
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int i = 4 * j + e;
-                    float p = exp2f(fmaf(s[i], scale_log2, -((e & 1) ? l.y : l.x)));
-                    if (diagonal && key0 + frag_row(i) > q0 + 2 * t + frag_col(i)) p = 0.0f;
-                    s[i] = p;
+                for (int j = 0; j < BR / 8; j++) {
+                    const float2 l = *reinterpret_cast<const float2 *>(lse_s + 8 * j + 2 * t);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int i = 4 * j + e;
+                        float p = exp2f(fmaf(s[i], scale_log2, -((e & 1) ? l.y : l.x)));
+                        if (diagonal && key0 + frag_row(i) > q0 + 2 * t + frag_col(i)) p = 0.0f;
+                        s[i] = p;
+                    }
                 }
-            }
-            // dS^T = P^T * (dP^T - D[query])
-            wgmma_wait<0>();
-            fence_regs(dp);
+                // dS^T = P^T * (dP^T - D[query])
+                wgmma_wait<0>();
+                fence_regs(dp);
 #pragma unroll
-            for (int j = 0; j < BR / 8; j++) {
-                const float2 d = *reinterpret_cast<const float2 *>(D_s + 8 * j + 2 * t);
+                for (int j = 0; j < BR / 8; j++) {
+                    const float2 d = *reinterpret_cast<const float2 *>(D_s + 8 * j + 2 * t);
 #pragma unroll
-                for (int e = 0; e < 4; e++) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? d.y : d.x));
-            }
-            uint32_t pa[BR / 4], dsa[BR / 4];
-            pack_a(pa, s);
-            pack_a(dsa, dp);
-
-            // dS^T -> shared, as the MN-major A operand of dS K: [query panel][key row][64]
-            // (dsa[k] holds key row 8*(k%2) and queries 8*(k/2) + 2t, +1 of the thread's)
-            unsigned char *ds_tile = smem + S::DS_OFF + (step & 1) * S::DS_BYTES;
-            auto store_ds = [&]() {
-#pragma unroll
-                for (int k = 0; k < BR / 4; k++) {
-                    const int row = 64 * c + 16 * warp + g + 8 * (k & 1);
-                    const int col = 8 * (k >> 1) + 2 * t;
-                    *reinterpret_cast<uint32_t *>(ds_tile + (col / 64) * BC * kRowBytes +
-                                                  swizzle_128b(row, (col % 64) * 2)) = dsa[k];
+                    for (int e = 0; e < 4; e++) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? d.y : d.x));
                 }
-            };
-            if (S::DS_FIRST) store_ds();
+                uint32_t pa[BR / 4], dsa[BR / 4];
+                pack_a(pa, s);
+                pack_a(dsa, dp);
 
-            // dV += P^T dO, dK += dS^T Q
-            wgmma_fence();
-            gemm_rab<HS, BR, BR>(dv, pa, dO);
-            gemm_rab<HS, BR, BR>(dk, dsa, q);
-            wgmma_commit();
-
-            if (!S::DS_FIRST) store_ds();
-            fence_proxy_async_shared();
-            named_bar_sync(1, 256);   // both consumers' dS^T are in
-
-            // this consumer's part of dQ_i = dS K
-            float dq[32];
-            wgmma_fence();
-            gemm_dsk<BC>(dq, smem_addr(ds_tile) + (S::dq_row(c) / 64) * BC * kRowBytes,
-                         base + S::K_OFF + (S::dq_col(c) / 64) * BC * kRowBytes);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(dv);
-            fence_regs(dk);
-            fence_regs(dq);
-            fence_regs(pa);
-            fence_regs(dsa);
-            mbar_arrive(&empty[slot.stage]);   // Q, dO, lse, D of this stage are no longer read
-
-            // dQ part -> staging, two 64 x 32 fp32 boxes in TMA's 128-byte swizzle
-            mbar_wait(&dq_empty[c], (step & 1) ^ 1);
-            unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
+                // dS^T -> shared, as the MN-major A operand of dS K: [query panel][key row][64]
+                // (dsa[k] holds key row 8*(k%2) and queries 8*(k/2) + 2t, +1 of the thread's)
+                unsigned char *ds_tile = smem + S::DS_OFF + (ring & 1) * S::DS_BYTES;
+                auto store_ds = [&]() {
 #pragma unroll
-            for (int i = 0; i < 32; i += 2) {
-                const int row = 16 * warp + g + frag_row(i), col = 2 * t + frag_col(i);
-                *reinterpret_cast<float2 *>(staging + (col / 32) * S::DQ_BOX_BYTES +
-                                            swizzle_128b(row, (col % 32) * 4)) =
-                    make_float2(dq[i], dq[i + 1]);
+                    for (int k = 0; k < BR / 4; k++) {
+                        const int row = 64 * c + 16 * warp + g + 8 * (k & 1);
+                        const int col = 8 * (k >> 1) + 2 * t;
+                        *reinterpret_cast<uint32_t *>(ds_tile + (col / 64) * BC * kRowBytes +
+                                                      swizzle_128b(row, (col % 64) * 2)) = dsa[k];
+                    }
+                };
+                if (S::DS_FIRST) store_ds();
+
+                // dV += P^T dO, dK += dS^T Q
+                wgmma_fence();
+                gemm_rab<HS, BR, BR>(dv, pa, dO);
+                gemm_rab<HS, BR, BR>(dk, dsa, q);
+                wgmma_commit();
+
+                if (!S::DS_FIRST) store_ds();
+                fence_proxy_async_shared();
+                named_bar_sync(1, 256);   // both consumers' dS^T are in
+
+                // this consumer's part of dQ_i = dS K
+                float dq[32];
+                wgmma_fence();
+                gemm_dsk<BC>(dq, smem_addr(ds_tile) + (S::dq_row(c) / 64) * BC * kRowBytes,
+                             base + S::K_OFF + (S::dq_col(c) / 64) * BC * kRowBytes);
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_regs(dv);
+                fence_regs(dk);
+                fence_regs(dq);
+                fence_regs(pa);
+                fence_regs(dsa);
+                mbar_arrive(&empty[slot.stage]);   // Q, dO, lse, D of this stage are no longer read
+
+                // dQ part -> staging, two 64 x 32 fp32 boxes in TMA's 128-byte swizzle
+                mbar_wait(&dq_empty[c], (ring & 1) ^ 1);
+                unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
+#pragma unroll
+                for (int i = 0; i < 32; i += 2) {
+                    const int row = 16 * warp + g + frag_row(i), col = 2 * t + frag_col(i);
+                    *reinterpret_cast<float2 *>(staging + (col / 32) * S::DQ_BOX_BYTES +
+                                                swizzle_128b(row, (col % 32) * 4)) =
+                        make_float2(dq[i], dq[i + 1]);
+                }
+                // (handed to the writer at the next step, after its S^T and dP^T are issued)
             }
-            // (handed to the writer at the next step, after its S^T and dP^T are issued)
-        }
-        if (steps > 0) hand_over_dq();
+            if (steps > 0) hand_over_dq();
+            mbar_arrive(&kv_empty);   // K and V no longer read: the producer may load the next item's
 
-        // dK = scale * sum dS^T Q, dV = sum P^T dO: written once into packed dqkv
-        const int C = NH * HS;
+            // dK = scale * sum dS^T Q, dV = sum P^T dO: written once into packed dqkv
+            const int C = NH * HS;
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int key = key0 + 8 * hf;
-            if (key >= T) continue;
-            bf16 *dk_g = dqkv + ((size_t)(b * T + key) * 3 + 1) * C + h * HS + 2 * t;
-            bf16 *dv_g = dk_g + C;
+            for (int hf = 0; hf < 2; hf++) {
+                const int key = key0 + 8 * hf;
+                if (key >= T) continue;
+                bf16 *dk_g = dqkv + ((size_t)(b * T + key) * 3 + 1) * C + h * HS + 2 * t;
+                bf16 *dv_g = dk_g + C;
 #pragma unroll
-            for (int i = 2 * hf; i < HS / 2; i += 4) {
-                *reinterpret_cast<uint32_t *>(dk_g + frag_col(i)) =
-                    pack_bf16(dk[i] * scale, dk[i + 1] * scale);
-                *reinterpret_cast<uint32_t *>(dv_g + frag_col(i)) = pack_bf16(dv[i], dv[i + 1]);
+                for (int i = 2 * hf; i < HS / 2; i += 4) {
+                    *reinterpret_cast<uint32_t *>(dk_g + frag_col(i)) =
+                        pack_bf16(dk[i] * scale, dk[i + 1] * scale);
+                    *reinterpret_cast<uint32_t *>(dv_g + frag_col(i)) = pack_bf16(dv[i], dv[i + 1]);
+                }
             }
         }
     }
@@ -744,7 +785,10 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
         *tensor_map_4d(dout, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, HS, NH, T, B, kPanelCols, S::BR);
     const CUtensorMap dq_map =
         *tensor_map_4d(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, HS, NH, T, B, 32, 64);
-    const int blocks = ceil_div(T, S::BC) * B * NH;
+    // one CTA per item, or (FLASH_SM90_PERSISTENT) at most one per SM, each taking several: all
+    // resident at once (one CTA per SM fits), as the deterministic mode's waits need
+    const int items = ceil_div(T, S::BC) * B * NH;
+    const int blocks = FLASH_SM90_PERSISTENT && items > cuda_num_sms ? cuda_num_sms : items;
     kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dqkv, lse2,
                                                         D, dq_flags, T, Tpad, NH, B * NH, scale,
                                                         scale * kLog2e);
