@@ -10,10 +10,7 @@
 //                wants), attention projection + residual, layernorm + FC + GELU, FC projection
 //                + residual; then the final layernorm + LM head + argmax. On CUDA at a few
 //                rows each is one kernel (fused.cu, decode_attention.cu), 5 a layer where the
-//                plain layers took 12; with more rows they are the plain layers. And at a few
-//                rows on CUDA the whole step is first offered to decode_step_persistent: one
-//                kernel whose blocks walk those same calls with grid barriers between them
-//                (layers/decode_step.cu; DECODE_PERSISTENT=0 keeps the per-call step).
+//                plain layers took 12; with more rows they are the plain layers.
 // Like gpt2.c, it calls only layers/ and never knows the backend. The decode step reads its
 // position from device memory, so on CUDA its layers are one graph replayed at every step.
 #include "gpt2.h"
@@ -135,12 +132,6 @@ static void decode_layers(void *arg) {
     const int *pos = d->inputs + B;
     ParameterTensors p = model->params;
     void *scratch = d->fused_scratch;
-    LayerParams w0 = gpt2_layer_params(&p, C, 0);
-    DecodeStep step = {w0.ln1w, w0.ln1b, w0.qkvw, w0.qkvb, w0.attprojw, w0.attprojb, w0.ln2w,
-                       w0.ln2b, w0.fcw, w0.fcb, w0.fcprojw, w0.fcprojb, p.lnfw, p.lnfb, p.wte,
-                       d->x, d->qkv, d->atty, d->fch_gelu, d->logits, d->argmax, d->k, d->v, pos,
-                       d->att_scratch, scratch, L, B, C, d->NH, d->maxT, V, Vp};
-    if (decode_step_persistent(&step)) return;   // the same step as one kernel (CUDA, B <= 8)
     for (int l = 0; l < L; l++) {
         LayerParams w = gpt2_layer_params(&p, C, l);
         // attention block: x += attproj(attention(qkv(ln1(x))))

@@ -22,6 +22,3 @@ void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *i
                      int Vp) {
     plain_lm_head(logits, argmax, plain_scratch(scratch, N, C), inp, lnw, lnb, wte, N, C, V, Vp);
 }
-
-// the CPU has no kernel boundaries to save: the caller's per-call step is the step
-int decode_step_persistent(const DecodeStep *step) { return 0; }

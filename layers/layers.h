@@ -165,31 +165,6 @@ void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,
                      const floatX *lnw, const floatX *lnb, const floatX *wte, int N, int C, int V,
                      int Vp);
-// The whole decode step of gpt2_decode.c's per-call loop in one call, where the backend can:
-// on CUDA at N <= FUSED_MAX_ROWS one persistent kernel (layers/decode_step.cu) whose blocks
-// walk every layer's phases (the five calls above, the same device code, the same bits) with a
-// grid barrier between phases instead of a kernel boundary. Returns 1 when it did the step, 0
-// when it did nothing (the CPU; another shape; DECODE_PERSISTENT=0 or DECODE_FUSED=0), and the
-// caller makes the per-call step. The pointers are the per-call loop's; the parameters are
-// layer 0's, layer l's being l * (the tensor's per-layer size) further, as in the model's
-// (L, ...) tensors. fused_scratch: fused_scratch_size(N, C, 4 * C) bytes (it also holds the
-// barrier's counters: one is back at zero after each call, the other only ever counts up).
-typedef struct {
-    const floatX *ln1w, *ln1b, *qkvw, *qkvb;       // (C), (C), (3C, C), (3C)
-    const floatX *attprojw, *attprojb;             // (C, C), (C)
-    const floatX *ln2w, *ln2b, *fcw, *fcb;         // (C), (C), (4C, C), (4C)
-    const floatX *fcprojw, *fcprojb;               // (C, 4C), (C)
-    const floatX *lnfw, *lnfb, *wte;               // (C), (C), (Vp, C)
-    floatX *x;                                     // (N, C) the embedded tokens; the residual stream
-    floatX *qkv, *atty, *fch_gelu;                 // (N, 3C), (N, C), (N, 4C)
-    floatX *logits;                                // (N, Vp)
-    int *argmax;                                   // (N)
-    floatX *kcache, *vcache;                       // (L, N, maxT, NH, HS)
-    const int *pos;                                // the step's position, one int32
-    void *att_scratch, *fused_scratch;             // as attention_decode_step's, lm_head_forward's
-    int L, N, C, NH, maxT, V, Vp;
-} DecodeStep;
-int decode_step_persistent(const DecodeStep *step);
 // out[b] = the index of the largest of the first V entries of row b of logits (rows
 // row_stride elements apart), the smallest index among equals. out (B) int32 device array.
 void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int V);

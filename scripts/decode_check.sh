@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
 # decode_check.sh: issue 20's check on a GPU, from binaries already built (make BACKEND=cuda
 # cuda-build; nothing is rebuilt here), in about 3 minutes:
-#   1. tests/gpu/test_infer_gpu: the fused decode kernels against the plain layers, the
-#      persistent step against the per-call step at B = 1, 2, 4, 8, the decode attention against
-#      fp64, cached against recomputed logits at B = 1, 3, 4, 9
+#   1. tests/gpu/test_infer_gpu: the fused decode kernels against the plain layers, the decode
+#      attention against fp64, cached against recomputed logits at B = 1, 3, 4, 9
 #   2. tests/gpu/hf_parity.sh: greedy generation against Hugging Face (skips itself without
 #      torch and transformers; HF_PARITY=0 skips it here)
-#   3. bench_infer four ways in the same run: the persistent step (default), the per-call fused
-#      step (DECODE_PERSISTENT=0), the same without PDL (CUDA_PDL=0), the plain layers of before
-#      (DECODE_FUSED=0), and a table of the four
+#   3. bench_infer three ways in the same run: the fused step (default), the same without PDL
+#      (CUDA_PDL=0), the plain layers of before (DECODE_FUSED=0), and a table of the three
 #   4. with ncu on the PATH (NCU=0 skips it): the per-kernel account of one decode step at
 #      batch 1, fused and plain: ncu times each kernel alone (serialised: no PDL overlap, no
 #      launch gaps), so the sum is the kernels' own time, not the step's
@@ -31,27 +29,24 @@ if [ "${HF_PARITY:-1}" != 0 ]; then
     BUILD=$BUILD bash tests/gpu/hf_parity.sh 2>&1 | tee "$OUT_DIR/hf_parity.txt" | tail -n 8
 fi
 
-echo "== 3. bench_infer: persistent, fused with PDL, fused without PDL, the plain layers"
+echo "== 3. bench_infer: fused with PDL, fused without PDL, the plain layers"
 bench() {   # name, env assignments...
     local name=$1; shift
     env "$@" "$BUILD/bench/bench_infer" -c d12 --ttft-prompt 1000 --prompt 128 -n 256 -b 64 -r 5 \
         > "$OUT_DIR/bench_$name.txt" 2>&1 || { echo "bench_infer ($name) failed:"; tail -n 5 "$OUT_DIR/bench_$name.txt"; }
 }
-bench persistent
-bench fused DECODE_PERSISTENT=0
-bench nopdl DECODE_PERSISTENT=0 CUDA_PDL=0
+bench fused
+bench nopdl CUDA_PDL=0
 bench plain DECODE_FUSED=0
 value() { awk -v k="$1" '$1 == k { print $2 }' "$OUT_DIR/bench_$2.txt"; }
 {
-    echo "| measure | persistent | fused + PDL (DECODE_PERSISTENT=0) | fused, no PDL | plain layers (DECODE_FUSED=0) |"
-    echo "|---|--:|--:|--:|--:|"
+    echo "| measure | fused + PDL | fused, no PDL | plain layers (DECODE_FUSED=0) |"
+    echo "|---|--:|--:|--:|"
     for key in decode_b1_tok_s decode_b1_nograph_tok_s decode_b1_long_tok_s decode_bB_tok_s ttft_ms bound_b1_tok_s bound_bB_tok_s; do
-        echo "| $key | $(value $key persistent) | $(value $key fused) | $(value $key nopdl) | $(value $key plain) |"
+        echo "| $key | $(value $key fused) | $(value $key nopdl) | $(value $key plain) |"
     done
-    for name in persistent fused; do
-        b1=$(value decode_b1_tok_s $name)
-        [ -n "$b1" ] && awk -v r="$b1" -v n="$name" 'BEGIN { printf "batch 1, %s: %.1f us a token\n", n, 1e6 / r }'
-    done
+    b1=$(value decode_b1_tok_s fused)
+    [ -n "$b1" ] && awk -v r="$b1" 'BEGIN { printf "\nbatch 1, fused: %.1f us a token\n", 1e6 / r }'
 } | tee "$OUT_DIR/bench_table.md"
 
 if [ "${NCU:-1}" != 0 ] && command -v ncu > /dev/null; then
@@ -85,8 +80,7 @@ if [ "${NCU:-1}" != 0 ] && command -v ncu > /dev/null; then
                   printf "  %8.1f us %4d  %s\n", s / 1e3, NR, "total (each kernel alone)" }' \
             "$OUT_DIR/ncu_${name}_step.tsv" | sort -n -r
     }
-    account persistent | tee "$OUT_DIR/ncu_account.txt"
-    account fused DECODE_PERSISTENT=0 | tee -a "$OUT_DIR/ncu_account.txt"
+    account fused | tee "$OUT_DIR/ncu_account.txt"
     account plain DECODE_FUSED=0 | tee -a "$OUT_DIR/ncu_account.txt"
 else
     echo "== 4. skipped (no ncu on the PATH, or NCU=0)"

@@ -19,13 +19,11 @@
 #undef LAYERS_H
 #undef ATTENTION_H
 #define floatX cpu_floatX
-#define DecodeStep cpu_DecodeStep   // layers.h's one type, renamed by hand (it holds floatX)
 #include "cpu_reference_names.h"
 #include "../../attention/attention.h"
 #define CPU_REFERENCE_UNDEF
 #include "cpu_reference_names.h"
 #undef CPU_REFERENCE_UNDEF
-#undef DecodeStep
 #undef floatX
 #pragma pop_macro("FLOATX_NAME")
 #pragma pop_macro("BACKEND_CUDA")
