@@ -73,11 +73,6 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #ifndef FLASH_SM90_PINGPONG
 #define FLASH_SM90_PINGPONG 1
 #endif
-// The backward's grid: 0, one CTA per work item (key/value block of a head); 1, one CTA per SM,
-// each walking several items (see flash_backward_sm90_kernel).
-#ifndef FLASH_SM90_PERSISTENT
-#define FLASH_SM90_PERSISTENT 0
-#endif
 
 // The shapes measured best on an H200 (docs/PERF.md, "Hopper forward"): HS=128, 2 consumers and
 // a 3-stage ring (all the shared memory there is; 2 stages left the consumers waiting for K/V);
@@ -391,7 +386,7 @@ __device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t 
 // Work items: (key/value blocks) x (B*NH), numbered key block 0 of every head first (under the
 // causal mask it sees every query tile: the longest first, the short ones fill the tail). One
 // CTA per SM; CTA i takes items i, i + gridDim.x, ... in that order. With a grid of one CTA per
-// item each CTA does one; with a grid of one CTA per SM (FLASH_SM90_PERSISTENT) each does
+// item each CTA does one; with a grid of one CTA per SM (persistent, backward_launch) each does
 // several, and the next item's K, V and first Q, dO tiles load while the consumers write the
 // last item's dK, dV: at T = 1,024 an item is 4.5 query tiles on average, and a CTA's start and
 // end, unoverlapped, are a large part of its time.
@@ -785,10 +780,15 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
         *tensor_map_4d(dout, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, HS, NH, T, B, kPanelCols, S::BR);
     const CUtensorMap dq_map =
         *tensor_map_4d(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, HS, NH, T, B, 32, 64);
-    // one CTA per item, or (FLASH_SM90_PERSISTENT) at most one per SM, each taking several: all
-    // resident at once (one CTA per SM fits), as the deterministic mode's waits need
+    // One CTA per item, or persistent: one per SM, each taking several in turn, all resident
+    // at once (one CTA fills an SM), as the deterministic mode's waits need. Persistent where it
+    // measured faster on an H200 (docs/PERF.md, "Hopper backward, third session"): HS = 64 up
+    // to T = 2,048 (forward+backward 1.06x at 1,024, 1.03x at 2,048), where items are short and
+    // a CTA's start and end weigh most. Beyond, or at HS = 128, the static order of items a CTA
+    // takes balances worse than the hardware's launch of a CTA wherever one ends (0.89-0.96x).
     const int items = ceil_div(T, S::BC) * B * NH;
-    const int blocks = FLASH_SM90_PERSISTENT && items > cuda_num_sms ? cuda_num_sms : items;
+    const bool persistent = HS == 64 && T <= 2048 && items > cuda_num_sms;
+    const int blocks = persistent ? cuda_num_sms : items;
     kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dqkv, lse2,
                                                         D, dq_flags, T, Tpad, NH, B * NH, scale,
                                                         scale * kLog2e);
