@@ -783,7 +783,8 @@ void forward_launch(floatX *out, float *logsumexp, const floatX *qkv, int B, int
 
 // The backward's scratch, in this order: the fp32 dQ sums (B, T, NH, HS); D and lse2 (B*NH rows
 // of Tpad floats each, see the prep kernel); the Hopper backward's dQ order flags, one per
-// (b, h, query tile of 64 or more rows). Sizes and offsets in this one place.
+// (b, h, query tile of 64 or more rows), then its work-item counter. Sizes and offsets in this
+// one place.
 struct BwdScratch {
     float *dq_accum, *D, *lse2;
     uint32_t *dq_flags;
@@ -793,7 +794,7 @@ struct BwdScratch {
 BwdScratch bwd_scratch(void *base, int B, int T, int NH, int HS) {
     BwdScratch s;
     s.Tpad = ceil_div(T, kFlashBwdRowPad) * kFlashBwdRowPad;
-    s.n_flags = B * NH * ceil_div(T, 64);
+    s.n_flags = B * NH * ceil_div(T, 64) + 1;   // and the Hopper backward's item counter
     const size_t dq = (size_t)B * T * NH * HS, vec = (size_t)B * NH * s.Tpad;
     s.bytes = (dq + 2 * vec + s.n_flags) * sizeof(float);
     float *f = static_cast<float *>(base);

@@ -73,6 +73,11 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #ifndef FLASH_SM90_PINGPONG
 #define FLASH_SM90_PINGPONG 1
 #endif
+// The backward's grid (backward_launch): 1, one CTA per SM, each taking work items from a
+// counter (persistent); 0, one CTA per item, to time against.
+#ifndef FLASH_SM90_PERSISTENT
+#define FLASH_SM90_PERSISTENT 1
+#endif
 
 // The shapes measured best on an H200 (docs/PERF.md, "Hopper forward"): HS=128, 2 consumers and
 // a 3-stage ring (all the shared memory there is; 2 stages left the consumers waiting for K/V);
@@ -385,11 +390,12 @@ __device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t 
 
 // Work items: (key/value blocks) x (B*NH), numbered key block 0 of every head first (under the
 // causal mask it sees every query tile: the longest first, the short ones fill the tail). One
-// CTA per SM; CTA i takes items i, i + gridDim.x, ... in that order. With a grid of one CTA per
-// item each CTA does one; with a grid of one CTA per SM (persistent, backward_launch) each does
-// several, and the next item's K, V and first Q, dO tiles load while the consumers write the
-// last item's dK, dV: at T = 1,024 an item is 4.5 query tiles on average, and a CTA's start and
-// end, unoverlapped, are a large part of its time.
+// CTA per SM; CTA i starts with item i, and each next item it takes from a counter (items are
+// handed out in increasing order, to whichever CTA gets to the end of its loads first). With a
+// grid of one CTA per item each CTA does one; with a grid of one CTA per SM (persistent,
+// backward_launch) each does several, and the next item's K, V and first Q, dO tiles load while
+// the consumers write the last item's dK, dV: at T = 1,024 an item is 4.5 query tiles on
+// average, and a CTA's start and end, unoverlapped, are a large part of its time.
 template <int HS, bool DETERMINISTIC>
 __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     flash_backward_sm90_kernel(const __grid_constant__ CUtensorMap q_map,    // qkv, BR-row boxes
@@ -398,11 +404,14 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                                const __grid_constant__ CUtensorMap dq_map,   // dQ sums, 64 x 32
                                bf16 *__restrict__ dqkv, const float *__restrict__ lse2,
                                const float *__restrict__ Dg, uint32_t *__restrict__ dq_flags,
-                               int T, int Tpad, int NH, int BNH, float scale, float scale_log2) {
+                               uint32_t *__restrict__ next_item, int T, int Tpad, int NH, int BNH,
+                               float scale, float scale_log2) {
     using S = BwdShape<HS>;
     constexpr int BC = S::BC, BR = S::BR, STAGES = S::STAGES;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t kv_full, kv_empty, full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
+    __shared__ uint64_t item_full[2], item_empty[2];   // the producer's items to the others
+    __shared__ int item_slot[2];
     // the dynamic shared memory, 1024-aligned: as a generic pointer and as a shared address
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t base = smem_addr(smem);
@@ -439,10 +448,26 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         for (int c = 0; c < 2; c++) {
             mbar_init(&dq_full[c], 128);
             mbar_init(&dq_empty[c], 1);
+            mbar_init(&item_full[c], 1);
+            mbar_init(&item_empty[c], 257);   // both consumers' threads and the writer
         }
         mbar_fence_init();
     }
     __syncthreads();
+    // the CTA's n-th item (items or more: no more), through a ring of two slots
+    auto publish_item = [&](int n, int t) {
+        const RingSlot<2> slot(n);
+        mbar_wait(&item_empty[slot.stage], slot.parity ^ 1);
+        item_slot[slot.stage] = t;
+        mbar_arrive(&item_full[slot.stage]);
+    };
+    auto take_item = [&](int n) {
+        const RingSlot<2> slot(n);
+        mbar_wait(&item_full[slot.stage], slot.parity);
+        const int t = item_slot[slot.stage];
+        mbar_arrive(&item_empty[slot.stage]);
+        return t;
+    };
 
     if (wg == 0) {
         setmaxnreg_dec<kProducerRegs>();
@@ -450,8 +475,10 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             // ---- producer. Tensor-map coordinates: {column, part * NH + head, row, batch} in
             // qkv (part 0, 1, 2 = q, k, v), {column, head, row, batch} in dout. `ring` counts
             // the CTA's steps over all its items: the ring's stages and phases run on across them.
-            int ring = 0, n = 0;
-            for (int t = blockIdx.x; t < items; t += gridDim.x, n++) {
+            int ring = 0, t = blockIdx.x;
+            for (int n = 0;; n++) {
+                publish_item(n, t);
+                if (t >= items) break;
                 const Item it = item(t);
                 if (n > 0) mbar_wait(&kv_empty, (n - 1) & 1);   // the last item's K, V are read
                 mbar_arrive_expect_tx(&kv_full, 2 * S::KV_BYTES);
@@ -480,11 +507,14 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     bulk_load(base + S::D_OFF + slot.stage * S::VEC_BYTES, Dg + vec, S::VEC_BYTES,
                               &full[slot.stage]);
                 }
+                t = gridDim.x + atomicAdd(next_item, 1u);   // the next item, once these are issued
             }
         } else if (threadIdx.x == 32) {
             // ---- dQ writer: each step's two 64 x 64 parts, reduce-added into the fp32 sums
             int ring = 0;
-            for (int t = blockIdx.x; t < items; t += gridDim.x) {
+            for (int n = 0;; n++) {
+                const int t = take_item(n);
+                if (t >= items) break;
                 const Item it = item(t);
                 for (int step = 0; step < it.steps; step++, ring++) {
                     const int tile = it.first_tile + step, q0 = tile * BR;
@@ -539,7 +569,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         };
 
         int ring = 0;   // the CTA's steps over all its items (ring stages, dS^T buffers)
-        for (int ti = blockIdx.x; ti < items; ti += gridDim.x) {
+        for (int n = 0;; n++) {
+            const int ti = take_item(n);
+            if (ti >= items) break;
             const Item it = item(ti);
             const int b = it.b, h = it.h, kv0 = it.kv0, first_tile = it.first_tile, steps = it.steps;
             const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
@@ -547,7 +579,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
 #pragma unroll
             for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
             if (c == 1) your_turn();
-            mbar_wait(&kv_full, ((ti - blockIdx.x) / gridDim.x) & 1);   // the CTA's n-th item
+            mbar_wait(&kv_full, n & 1);
 
             for (int step = 0; step < steps; step++, ring++) {
                 const RingSlot<STAGES> slot(ring);
@@ -763,6 +795,7 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
                      uint32_t *dq_flags, const bf16 *dout, const bf16 *qkv, int B, int T, int Tpad,
                      int NH) {
     using S = BwdShape<HS>;
+    uint32_t *next_item = dq_flags + (size_t)B * NH * ceil_div(T, 64);   // after the order flags
     auto kernel = flash_backward_sm90_kernel<HS, DETERMINISTIC>;
     static bool smem_set = false;
     if (!smem_set) {
@@ -780,18 +813,16 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
         *tensor_map_4d(dout, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, HS, NH, T, B, kPanelCols, S::BR);
     const CUtensorMap dq_map =
         *tensor_map_4d(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, HS, NH, T, B, 32, 64);
-    // One CTA per item, or persistent: one per SM, each taking several in turn, all resident
-    // at once (one CTA fills an SM), as the deterministic mode's waits need. Persistent where it
-    // measured faster on an H200 (docs/PERF.md, "Hopper backward, third session"): HS = 64 up
-    // to T = 2,048 (forward+backward 1.06x at 1,024, 1.03x at 2,048), where items are short and
-    // a CTA's start and end weigh most. Beyond, or at HS = 128, the static order of items a CTA
-    // takes balances worse than the hardware's launch of a CTA wherever one ends (0.89-0.96x).
+    // Persistent: one CTA per SM, all resident at once (one CTA fills an SM), as the
+    // deterministic mode's waits need, each taking items from the counter. On an H200 it
+    // measured 1.03-1.05x one CTA per item at T <= 4,096 (HS=64) and level beyond and at HS=128
+    // (docs/PERF.md, "Hopper backward, third session"): items are short at small T, and a CTA's
+    // start and end then weigh most.
     const int items = ceil_div(T, S::BC) * B * NH;
-    const bool persistent = HS == 64 && T <= 2048 && items > cuda_num_sms;
-    const int blocks = persistent ? cuda_num_sms : items;
+    const int blocks = FLASH_SM90_PERSISTENT && items > cuda_num_sms ? cuda_num_sms : items;
     kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dqkv, lse2,
-                                                        D, dq_flags, T, Tpad, NH, B * NH, scale,
-                                                        scale * kLog2e);
+                                                        D, dq_flags, next_item, T, Tpad, NH,
+                                                        B * NH, scale, scale * kLog2e);
     LAUNCH_CHECK();
 }
 

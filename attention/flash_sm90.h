@@ -22,8 +22,9 @@ void flash_sm90_forward(floatX *out, float *logsumexp, const floatX *qkv, int B,
                         int HS);
 // flash.cu's attention_backward on Hopper, between its prep and convert kernels: dK, dV into
 // packed dqkv, dQ added into dq_accum (B,T,NH,HS fp32, zeroed by prep); lse2 = logsumexp*log2e
-// and D = rowsum(dO*O), both (B*NH, Tpad) with zeros past T; dq_flags (B*NH*ceil(T/64) zeros)
-// order the dQ additions when `deterministic` (bit-identical gradients run to run)
+// and D = rowsum(dO*O), both (B*NH, Tpad) with zeros past T; dq_flags, B*NH*ceil(T/64) + 1
+// zeros: flags that order the dQ additions when `deterministic` (bit-identical gradients run to
+// run), then the counter that hands out the kernel's work items
 void flash_sm90_backward(floatX *dqkv, float *dq_accum, const float *lse2, const float *D,
                          uint32_t *dq_flags, const floatX *dout, const floatX *qkv, int B, int T,
                          int Tpad, int NH, int HS, bool deterministic);
