@@ -302,12 +302,12 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 // Three kernels: flash.cu's prep (D, logsumexp*log2e, zeroed dQ sums), this one, flash.cu's
 // convert (the fp32 dQ sums, times scale, to bf16 in dqkv).
 //
-// ---- the tile picture: one CTA = one key/value block of BC = 128 rows of one head ---------------
+// ---- the tile picture: one work item = one key/value block of BC = 128 rows of one head ---------
 //
 //   global ──TMA──► shared memory                               registers (per consumer warpgroup)
 //                   ┌───────────────┐
 //   K, V rows  ───► │ K, V 128 x HS │ rows 64c..64c+63 ──► consumer c: dK, dV (64 x HS fp32) for
-//   kv0..kv0+127    │ (resident)    │                       the whole kernel
+//   kv0..kv0+127    │ (resident)    │                       the whole item
 //                   ├───────────────┤  full[s] / empty[s]
 //   Q, dO, lse, D ─►│ stage s of 2  │ ─────────────────► per query tile of BR rows (BR = 128 at
 //   of query tile i │ Q, dO BR x HS │                      HS = 64, 64 at HS = 128):
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //   thread 32 issues every dQ reduction; consumers 1, 2 (240 registers).
 //
 // Why this shape (FlashAttention-3's backward, arXiv 2407.08608, is the same plan):
-// - Key/value-outer: dK and dV stay in registers for the whole kernel and are written once; only
+// - Key/value-outer: dK and dV stay in registers for the whole item and are written once; only
 //   dQ, whose rows are shared between key blocks, is summed across CTAs.
 // - The products are transposed (S^T, dP^T: key rows are the wgmma M rows), so P^T and dS^T come
 //   out of the accumulators already as the A operands (from registers) of dV and dK.
