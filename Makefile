@@ -193,7 +193,7 @@ run-tests: test-build
 check:
 	bash scripts/check.sh
 # compile and link every CUDA program, GPU tests and benchmarks included (no GPU needed)
-cuda-build: $(BUILD)/train_gpt2 $(BUILD)/infer_gpt2 $(BUILD)/parity_dump gpu-tests gpu-bench
+cuda-build: $(BUILD)/train_gpt2 $(BUILD)/infer_gpt2 $(BUILD)/parity_dump gpu-tests gpu-bench $(KERNEL_TIMELINE)
 gpu-tests: $(BUILD)/tests/gpu/test_layers_gpu
 gpu-bench: $(BUILD)/bench/bench_layers_gpu
 

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# tests/test_step_scripts.sh: the training step's GPU-side scripts without a GPU, on made-up
+# inputs whose answers are known:
+#   scripts/timeline.py      (bench/kernel_timeline.c's CSV) the steps cut at the optimizer, the
+#                            wall time split into kernels, copies and gaps, the groups, the gaps
+#   scripts/step_account.py  (ncu's CSV) the second step cut out, llm.c's AdamW kernels with other
+#                            kernels between them taken as one optimizer step
+# and that both refuse a run with too few steps. Ends like the C tests:
+# "tests/test_step_scripts.sh: N passed, N failed, N skipped".
+set -u
+cd "$(dirname "$0")/.." || exit 1
+name=tests/test_step_scripts.sh
+passed=0; failed=0; skipped=0
+check() {   # check DESCRIPTION COMMAND...
+    local what=$1; shift
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name: $what"; fi
+}
+has() { grep -qF -- "$2" "$1" || { echo "  expected in $1: $2"; false; }; }
+if ! command -v python3 > /dev/null; then
+    echo "SKIP: no python3 (the scripts are Python)"; echo "$name: 0 passed, 0 failed, 1 skipped"; exit 0
+fi
+tmp=$(mktemp -d)
+trap "[ -n \"${KEEP_TMP:-}\" ] || rm -rf \"$tmp\"" EXIT
+
+# ---- timeline.py ------------------------------------------------------------------------------
+# 5 steps (so 3 measured after --skip 2), each: 20 x (layernorm 5 us, 2 us gap, GEMM 50 us,
+# 1 us gap), an upload of 3 us, a 97 us gap, then the optimizer: 3 AdamW kernels with a 1 us
+# memset between the first two (llm.c puts small work between them) and 0.5 us gaps.
+python3 - > "$tmp/tl.csv" <<'PY'
+print("kind,start_ns,end_ns,stream,name")
+t = 0
+for step in range(5):
+    for k in range(20):
+        print(f'kernel,{t},{t + 5000},7,"_Z24layernorm_forward_kernelPf"'); t += 7000
+        print(f'kernel,{t},{t + 50000},7,"nvjet_sm90_tst_256x128"'); t += 51000
+    print(f"memcpy,{t},{t + 3000},7,HtoD 262144 bytes"); t += 100000
+    for k in range(3):
+        print(f'kernel,{t},{t + 2000},7,"_Z12adamw_kernelPf"'); t += 2500
+        if k == 0:
+            print(f"memset,{t},{t + 1000},7,64 bytes"); t += 1500
+PY
+python3 scripts/timeline.py "$tmp/tl.csv" --name made-up > "$tmp/tl.md" 2> "$tmp/tl.err"
+check "timeline.py runs" test $? -eq 0
+# a step: 0.5 us after the last AdamW, 20 x 58 us, 100 us (upload + gap), 8.5 us of optimizer:
+# 1,269 us; kernels 20 x 55 + 3 x 2 = 1,106 us; copies 4 us; gaps 159 us (12.5%)
+check "timeline: 3 steps measured" has "$tmp/tl.md" "mean of 3 steps"
+check "timeline: wall time" has "$tmp/tl.md" "| wall time of a step | 1.27 |"
+check "timeline: kernels" has "$tmp/tl.md" "| kernels running | 1.11 |"
+check "timeline: gaps" has "$tmp/tl.md" "| nothing running (gaps) | 0.16 | 12.5% |"
+check "timeline: groups" has "$tmp/tl.md" "| GEMMs | 1.00 |"
+check "timeline: layernorm group" has "$tmp/tl.md" "| layernorm | 0.10 |"
+check "timeline: the largest gap named" has "$tmp/tl.md" "- 97.0: HtoD 262144 bytes -> _Z12adamw_kernelPf"
+head -n 8 "$tmp/tl.csv" > "$tmp/short.csv"
+python3 scripts/timeline.py "$tmp/short.csv" > /dev/null 2> "$tmp/short.err"
+check "timeline: too few steps is an error" test $? -ne 0
+check "timeline: says why" has "$tmp/short.err" "fewer than 3 optimizer steps"
+
+# ---- step_account.py --------------------------------------------------------------------------
+# ncu's CSV, one row per (kernel, metric): 2 steps of ours (encoder, GEMM, AdamW x 2) and of an
+# llm.c-like run whose AdamW kernels have a copy kernel between each two
+ncu_csv() {   # ncu_csv KERNEL...: time 1000 ns + 100 ns x position, DRAM 1 MB, 1.5 GHz
+    echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+    local i=0 k
+    for k in "$@"; do
+        for m in "gpu__time_duration.sum,ns,$((1000 + 100 * i))" "dram__bytes_read.sum,byte,1000000" \
+                 "dram__bytes_write.sum,byte,0" "sm__cycles_elapsed.avg.per_second,hz,1500000000"; do
+            IFS=, read -r metric unit value <<< "$m"
+            printf '"%d","1","p","h","%s","1","7","(1,1,1)","(1,1,1)","0","9.0","s","%s","%s","%s"\n' \
+                "$i" "$k" "$metric" "$unit" "$value"
+        done
+        i=$((i + 1))
+    done
+}
+gemms=(nvjet_sm90_tst nvjet_sm90_tst nvjet_sm90_tst nvjet_sm90_tst nvjet_sm90_tst nvjet_sm90_tst
+       nvjet_sm90_tst nvjet_sm90_tst nvjet_sm90_tst nvjet_sm90_tst)   # steps longer than a cluster's span
+step=(encoder_forward_kernel "${gemms[@]}" gelu_forward_kernel adamw_kernel adamw_kernel)
+ncu_csv "${step[@]}" "${step[@]}" > "$tmp/ours.csv"
+lstep=(encoder_forward_kernel3 "${gemms[@]}" gelu_forward_kernel2 adamw_kernel3 copy_kernel
+       adamw_kernel3 copy_kernel adamw_kernel3)
+ncu_csv "${lstep[@]}" "${lstep[@]}" > "$tmp/llmc.csv"
+python3 scripts/step_account.py --ours "$tmp/ours.csv" --llmc "$tmp/llmc.csv" --model 1:64:1:128 \
+    --B 1 --T 64 --details "$tmp/kernels.csv" > "$tmp/account.md" 2> "$tmp/account.err"
+check "step_account.py runs" test $? -eq 0
+# ours' second step: kernels 14..27 (2.4 .. 3.7 us, 43 us in all); llm.c's: 17..33 (2.7 .. 4.3
+# us, 59 us)
+check "step_account: ours' second step, 14 kernels" \
+    grep -qE "^\| all kernels \| 0\.04 \| 14 \|" "$tmp/account.md"
+check "step_account: llm.c's second step, 17 kernels" \
+    grep -qE "^\| all kernels \| 0\.04 \| 14 \| .* \| 0\.06 \| 17 \|" "$tmp/account.md"
+check "step_account: llm.c's GELU in its step" grep -q '^llm.c,"GELU",1,' "$tmp/kernels.csv"
+ncu_csv "${step[@]}" > "$tmp/one.csv"
+python3 scripts/step_account.py --ours "$tmp/one.csv" --model 1:64:1:128 --B 1 --T 64 \
+    > /dev/null 2> "$tmp/one.err"
+check "step_account: one step is an error" test $? -ne 0
+check "step_account: says why" has "$tmp/one.err" "1 optimizer step(s) found, 2 needed"
+
+echo "$name: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
