@@ -805,12 +805,16 @@ static void build_model(const Options *o, Run *r, TrainState *state) {
 // position and its sampling stream.
 static void open_data(const Options *o, Run *r, const TrainState *state) {
     int V = r->model.config.vocab_size;
-    dataloader_init(&r->train, o->train_pattern, o->B, o->T, o->shuffle, o->seed, V, "training");
+    dataloader_init(&r->train, o->train_pattern, o->B, o->T, o->shuffle, o->seed, V, "training", 0);
     dataloader_set_rank(&r->train, o->rank, o->world);
     r->have_val = o->val_every > 0;
     if (r->have_val) {
-        dataloader_init(&r->val, o->val_pattern, o->B, o->T, 0, o->seed, V, "validation");
+        // a validation file smaller than a training batch is read in batches of fewer rows
+        dataloader_init(&r->val, o->val_pattern, o->B, o->T, 0, o->seed, V, "validation", 1);
         dataloader_set_rank(&r->val, o->rank, o->world);
+        if (r->val.B < o->B && o->rank == 0)
+            note("validation in batches of %d rows: %s holds fewer than the %zu tokens of a batch "
+                 "of -b %d -t %d", r->val.B, o->val_pattern, (size_t)o->B * o->T + 1, o->B, o->T);
     }
     r->global_micro = (int)(o->total_batch / ((long)o->B * o->T));
     r->grad_accum = r->global_micro / o->world;

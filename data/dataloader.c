@@ -64,7 +64,7 @@ static void check_tokens(FILE *f, const char *path, size_t ntokens, int vocab_si
 }
 
 void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuffle, uint64_t seed,
-                     int vocab_size, const char *what) {
+                     int vocab_size, const char *what, int fit_batch) {
     memset(dl, 0, sizeof(*dl));
     dl->B = B;
     dl->T = T;
@@ -87,6 +87,11 @@ void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuf
         dl->paths[i] = strdup(g.gl_pathv[i]);
         FILE *f = fopen_or_die(dl->paths[i], "rb");
         dl->shard_tokens[i] = read_token_header(f, dl->paths[i]);
+        if (fit_batch && dl->shard_tokens[i] < need && dl->shard_tokens[i] > (size_t)T) {
+            B = (int)((dl->shard_tokens[i] - 1) / T);   // the most rows this file holds
+            dl->B = B;
+            need = (size_t)B * T + 1;
+        }
         if (dl->shard_tokens[i] < need)
             die("%s (%s file): %zu tokens, fewer than one batch needs (B*T+1 = %d*%d+1 = %zu); use a "
                 "smaller -b or -t", dl->paths[i], what, dl->shard_tokens[i], B, T, need);

@@ -54,9 +54,11 @@ typedef struct {
 // pass over each file: every id below vocab_size; the same pass makes dl->hash). Dies with a
 // message naming the file (and `what` it is for, e.g. "training") when one is missing, has a
 // wrong magic or version, is truncated, holds fewer than B*T+1 tokens, or holds an id outside
-// the vocabulary (with its position).
+// the vocabulary (with its position). With `fit_batch`, a file of fewer than B*T+1 tokens makes
+// the batches smaller instead (dl->B rows, the most every file holds; an error only when not
+// even one row of T+1 fits): for validation, whose files may be smaller than a training batch.
 void dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int shuffle, uint64_t seed,
-                     int vocab_size, const char *what);
+                     int vocab_size, const char *what, int fit_batch);
 // Fills dl->inputs and dl->targets with the next batch, moving to the next shard (and epoch)
 // when the current one is used up.
 void dataloader_next_batch(DataLoader *dl);

@@ -150,6 +150,14 @@ static void test_bad_inputs(unsigned long long *rng) {
     expect_error("truncated", "truncated token file", "-v 0 -s 0 -i %s/truncated.bin " TINY, d);
     expect_error("too short for a token file", "file shorter than a header", "-v 0 -s 0 -i %s/tiny_header.bin " TINY, d);
     expect_error("fewer than one batch needs", "too few tokens", "-v 0 -s 0 -i %s/short.bin " TINY, d);
+    // a validation file smaller than a batch (20 tokens; -b 2 -t 16 needs 33) is read in batches
+    // of one row, and said so; one that holds not even one row of T+1 tokens is an error
+    int rc = run("%s -i %s/train.bin -j %s/short.bin " TINY " -x 2 -v 1 -s 0", bin, d, d);
+    CHECK(rc == 0 && strstr(output, "validation in batches of 1 rows") &&
+              strstr(output, "step 2: val loss"),
+          "a small validation file is read in smaller batches (exit %d):\n%s", rc, output);
+    expect_error("fewer than one batch needs", "a validation file shorter than T+1",
+                 "-i %s/train.bin -j %s/short.bin -e d1 -b 2 -t 32 -m 2 -g 4 -x 2 -v 1 -s 0", d, d);
     expect_error("cannot open", "missing checkpoint", "-v 0 -s 0 -i %s/train.bin -e %s/none.bin -b 2 -t 16", d, d);
     expect_error("not a model checkpoint", "checkpoint with bad magic",
                  "-v 0 -s 0 -i %s/train.bin -e %s/badmagic.bin -b 2 -t 16", d, d);
