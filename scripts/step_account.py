@@ -63,11 +63,16 @@ def read_ncu(path):
     return out
 
 
+def optimizer_ends(names):
+    """The index in a run's names (kernels; "" for anything else) of each optimizer step's last
+    AdamW kernel: an optimizer step is a cluster of AdamW kernels, in llm.c with other small
+    kernels between them (a few apart at most). scripts/timeline.py cuts its steps here too."""
+    opt = [i for i, n in enumerate(names) if re.search(r"adamw", n, re.I)]
+    return [i for j, i in enumerate(opt) if j + 1 == len(opt) or opt[j + 1] - i > 8]
+
+
 def second_step(kernels, path):
-    # an optimizer step is a cluster of AdamW kernels, in llm.c with other small kernels between
-    # them (a few apart at most); it ends at the cluster's last AdamW kernel
-    opt = [i for i, (n, *_) in enumerate(kernels) if re.search(r"adamw", n, re.I)]
-    ends = [i for j, i in enumerate(opt) if j + 1 == len(opt) or opt[j + 1] - i > 8]
+    ends = optimizer_ends([n for n, *_ in kernels])
     if len(ends) < 2:
         sys.exit("%s: %d optimizer step(s) found, 2 needed (a run of 2 training steps)" % (path, len(ends)))
     return kernels[ends[0] + 1:ends[1] + 1]

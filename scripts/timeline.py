@@ -15,13 +15,7 @@
 import argparse, csv, os, re, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_account import GROUPS, ORDER  # noqa: E402
-
-
-def group_of(name):
-    for g, rx in GROUPS:
-        if re.search(rx, name):
-            return g
+from step_account import ORDER, group_of, optimizer_ends  # noqa: E402
 
 
 def read(path):
@@ -35,8 +29,7 @@ def read(path):
 
 def steps(acts):
     """[(t0, t1)]: each step's window, from one optimizer cluster's end to the next's"""
-    opt = [i for i, a in enumerate(acts) if a[2] == "kernel" and re.search(r"adamw", a[3], re.I)]
-    ends = [i for j, i in enumerate(opt) if j + 1 == len(opt) or opt[j + 1] - i > 8]
+    ends = optimizer_ends([a[3] if a[2] == "kernel" else "" for a in acts])
     return [(acts[ends[k - 1]][1], acts[ends[k]][1]) for k in range(1, len(ends))]
 
 
