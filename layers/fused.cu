@@ -318,6 +318,24 @@ void launch_rows(const GemvArgs &a, bool ln, int max_blocks) {
     else launch_rows_chunks<NR, 12>(a, ln, blocks);
 }
 
+// the arguments of every call: its tensors (lnw, lnb NULL without a layernorm, bias NULL for
+// the LM head), shapes and epilogue; the LM head adds its argmax's
+GemvArgs gemv_args(floatX *out, const floatX *inp, const floatX *lnw, const floatX *lnb,
+                   const floatX *weight, const floatX *bias, int N, int K, int OC, Epilogue e) {
+    GemvArgs a = {};
+    a.out = BF(out);
+    a.inp = CBF(inp);
+    a.lnw = CBF(lnw);
+    a.lnb = CBF(lnb);
+    a.weight = CBF(weight);
+    a.bias = CBF(bias);
+    a.N = N;
+    a.K = K;
+    a.OC = OC;
+    a.epilogue = e;
+    return a;
+}
+
 void gemv(const GemvArgs &a, int max_blocks) {
     const bool ln = a.lnw != nullptr;
     if (a.N <= 1) launch_rows<1>(a, ln, max_blocks);
@@ -351,18 +369,7 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
                                OC, gelu);
         return;
     }
-    GemvArgs a = {};
-    a.out = BF(out);
-    a.inp = CBF(inp);
-    a.lnw = CBF(lnw);
-    a.lnb = CBF(lnb);
-    a.weight = CBF(weight);
-    a.bias = CBF(bias);
-    a.N = N;
-    a.K = C;
-    a.OC = OC;
-    a.epilogue = gelu ? kBiasGelu : kBias;
-    gemv(a, 1 << 30);
+    gemv(gemv_args(out, inp, lnw, lnb, weight, bias, N, C, OC, gelu ? kBiasGelu : kBias), 1 << 30);
 }
 
 void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
@@ -371,16 +378,7 @@ void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
         plain_matmul_residual(residual, plain_part(scratch, N, C), inp, weight, bias, N, C, OC);
         return;
     }
-    GemvArgs a = {};
-    a.out = BF(residual);
-    a.inp = CBF(inp);
-    a.weight = CBF(weight);
-    a.bias = CBF(bias);
-    a.N = N;
-    a.K = C;
-    a.OC = OC;
-    a.epilogue = kBiasResidual;
-    gemv(a, 1 << 30);
+    gemv(gemv_args(residual, inp, NULL, NULL, weight, bias, N, C, OC, kBiasResidual), 1 << 30);
 }
 
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,
@@ -391,20 +389,11 @@ void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *i
         return;
     }
     const int max_blocks = kLogitsBlocksPerSM * cuda_num_sms;
-    GemvArgs a = {};
-    a.out = BF(logits);
-    a.inp = CBF(inp);
-    a.lnw = CBF(lnw);
-    a.lnb = CBF(lnb);
-    a.weight = CBF(wte);
+    GemvArgs a = gemv_args(logits, inp, lnw, lnb, wte, NULL, N, C, Vp, kLogits);
     a.counter = (unsigned *)scratch;
     a.best_v = (float *)((char *)scratch + 256);
     a.best_i = (int *)(a.best_v + (size_t)max_blocks * N);
     a.argmax = argmax;
-    a.N = N;
-    a.K = C;
-    a.OC = Vp;
     a.V = V;
-    a.epilogue = kLogits;
     gemv(a, max_blocks);
 }
