@@ -9,19 +9,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 name=tests/test_compare.sh
-passed=0; failed=0; skipped=0
-check() {   # check DESCRIPTION COMMAND...: passes when COMMAND succeeds
-    local what=$1; shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name: $what"; fi
-}
-finish() {
-    echo "$name: $passed passed, $failed failed, $skipped skipped"
-    [ "$failed" -eq 0 ]
-    exit
-}
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/shell_test.sh
 out="$tmp/compare"
 steps=6   # what --tiny runs
 

@@ -8,13 +8,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 name=tests/test_receipt.sh
-passed=0; failed=0; skipped=0
-check() {   # check DESCRIPTION COMMAND...
-    local what=$1; shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name: $what"; fi
-}
-tmp=$(mktemp -d)
-trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
+. tests/shell_test.sh
 
 header='"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum"'
 units='"","","","","","","","","","","","byte","byte","nsecond"'
@@ -228,5 +222,4 @@ mkdir -p "$tmp/nogpu"; printf '#!/bin/sh\nexit 9\n' >"$tmp/nogpu/nvidia-smi"; ch
 PATH="$tmp/nogpu:$PATH" scripts/receipt.sh "$tmp/bad" --build "$build" >"$tmp/bad.log" 2>&1
 check "no GPU: refused with a reason" grep -q "no GPU visible" "$tmp/bad.log"
 
-echo "$name: $passed passed, $failed failed, $skipped skipped"
-[ "$failed" -eq 0 ]
+finish

@@ -10,17 +10,11 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 name=tests/test_step_scripts.sh
-passed=0; failed=0; skipped=0
-check() {   # check DESCRIPTION COMMAND...
-    local what=$1; shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name: $what"; fi
-}
+. tests/shell_test.sh
 has() { grep -qF -- "$2" "$1" || { echo "  expected in $1: $2"; false; }; }
 if ! command -v python3 > /dev/null; then
-    echo "SKIP: no python3 (the scripts are Python)"; echo "$name: 0 passed, 0 failed, 1 skipped"; exit 0
+    echo "SKIP: no python3 (the scripts are Python)"; skipped=1; finish
 fi
-tmp=$(mktemp -d)
-trap "[ -n \"${KEEP_TMP:-}\" ] || rm -rf \"$tmp\"" EXIT
 
 # ---- timeline.py ------------------------------------------------------------------------------
 # 5 steps (so 3 measured after --skip 2), each: 20 x (layernorm 5 us, 2 us gap, GEMM 50 us,
@@ -94,5 +88,4 @@ python3 scripts/step_account.py --ours "$tmp/one.csv" --model 1:64:1:128 --B 1 -
 check "step_account: one step is an error" test $? -ne 0
 check "step_account: says why" has "$tmp/one.err" "1 optimizer step(s) found, 2 needed"
 
-echo "$name: $passed passed, $failed failed, $skipped skipped"
-[ "$failed" -eq 0 ]
+finish

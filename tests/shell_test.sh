@@ -1,0 +1,16 @@
+# tests/shell_test.sh: what the shell tests share, sourced once they have set `name`: the counts,
+# check, a temporary folder $tmp (removed at exit unless KEEP_TMP is set), and finish, which
+# prints the line tests/run_tests.sh adds up ("NAME: N passed, N failed, N skipped") and exits
+# non-zero when a check failed.
+passed=0; failed=0; skipped=0
+check() {   # check DESCRIPTION COMMAND...: passes when COMMAND succeeds
+    local what=$1; shift
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $name: $what"; fi
+}
+finish() {
+    echo "$name: $passed passed, $failed failed, $skipped skipped"
+    [ "$failed" -eq 0 ]
+    exit
+}
+tmp=$(mktemp -d)
+trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
