@@ -3,6 +3,8 @@
 // forward and backward in flash_sm90.cu, layers/decode_attention.cu) name these and not the PTX.
 //
 //   constants and packing       kLog2e, kLn2, pack_bf16, smem_addr
+//   cp.async, mma.sync          16-byte async copies to shared memory; the m16n8k16 bf16
+//                               product and its fragments' lanes
 //   mbarrier                    init, arrive, arrive with expected bytes, wait on a phase parity
 //   TMA (bulk tensor copy)      global -> shared tile loads; shared -> global tile reduce-add;
 //                               1-D bulk loads; the bulk group commit and waits
@@ -31,6 +33,32 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// ---- cp.async (sm_80 and later) ---------------------------------------------------------------
+// 16 bytes global -> shared, bypassing L1; when !valid nothing is read and zeros are written
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+// close the group of cp.async issued since the last commit
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// wait until at most N of this thread's committed groups are still in flight
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- mma.sync (sm_80 and later) ---------------------------------------------------------------
+// c += a b (16x8x16, bf16 in, fp32 accumulate): mma.sync.aligned.m16n8k16.row.col. Lane
+// (g = lane / 4, t = lane % 4) holds a[0] = A(g, 2t..2t+1), a[1] = A(g+8, 2t..2t+1),
+// a[2] = A(g, 2t+8..2t+9), a[3] = A(g+8, 2t+8..2t+9); b0 = B(2t..2t+1, g), b1 = B(2t+8..2t+9, g);
+// c = C(g, 2t), C(g, 2t+1), C(g+8, 2t), C(g+8, 2t+1)
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // ================================================================================================

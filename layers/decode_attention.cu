@@ -8,7 +8,7 @@
 // partial result is (m = max score, l = sum 2^(score - m), acc = sum 2^(score - m) v_s). The
 // last block of a head to finish (a counter per head in the scratch elects it) combines them:
 // M = max m_i, L = sum l_i 2^(m_i - M), out = sum acc_i 2^(m_i - M) / L, over the splits that
-// hold positions. One kernel, not a split kernel and a combine kernel: at batch 1 every
+// hold positions; a length that fits in one split is written by its block directly. One kernel, not a split kernel and a combine kernel: at batch 1 every
 // kernel boundary costs more than the combine's work.
 // Inside a block, a group of G = HS/8 (rounded up to a power of two) lanes handles a cache row,
 // each lane 8 channels through one 16-byte load of k and one of v, kRows rows per round with
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs 
     const size_t head = (size_t)b * a.maxT * C + h * HS + member * 8;
 
     // A round: group g takes rows base + r * kGroups + g, r < kRows. All 2 * kRows loads of a
-    // round are issued before any math, so one memory latency covers kRows rows.
+    // round are issued together, so one memory latency covers kRows rows.
     int4 k_raw[kRows], v_raw[kRows];
     auto load_round = [&](int base) {
 #pragma unroll
@@ -100,8 +100,15 @@ __global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs 
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 
     // The loop is block-uniform (the shuffles need every lane); rows past `end` weigh nothing.
-    for (int base = start; base < end; base += kGroups * kRows) {
-        if (base != start) load_round(base);
+    // The next round's loads are issued before this round's math (software pipelining), so a
+    // long span (batch 64: one split of up to maxT rows per head) waits for one memory latency,
+    // not one per round.
+    constexpr int kRound = kGroups * kRows;
+    for (int base = start; base < end; base += kRound) {
+        int4 k_cur[kRows], v_cur[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; r++) { k_cur[r] = k_raw[r]; v_cur[r] = v_raw[r]; }
+        if (base + kRound < end) load_round(base + kRound);
         bool valid[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
@@ -109,17 +116,17 @@ __global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs 
             valid[r] = s < end;
             if (s == new_pos && active) {   // the new token: from qkv, and into the cache
                 const size_t src = (size_t)b * a.q_stride + h * HS + member * 8;
-                k_raw[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_k + src));
-                v_raw[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_v + src));
-                *reinterpret_cast<int4 *>(a.kcache + head + (size_t)s * C) = k_raw[r];
-                *reinterpret_cast<int4 *>(a.vcache + head + (size_t)s * C) = v_raw[r];
+                k_cur[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_k + src));
+                v_cur[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_v + src));
+                *reinterpret_cast<int4 *>(a.kcache + head + (size_t)s * C) = k_cur[r];
+                *reinterpret_cast<int4 *>(a.vcache + head + (size_t)s * C) = v_cur[r];
             }
         }
         float score[kRows];
         float round_max = -INFINITY;
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
-            const bf16 *k = reinterpret_cast<const bf16 *>(&k_raw[r]);
+            const bf16 *k = reinterpret_cast<const bf16 *>(&k_cur[r]);
             score[r] = 0.0f;
 #pragma unroll
             for (int i = 0; i < 8; i++) score[r] += qv[i] * __bfloat162float(k[i]);
@@ -138,7 +145,7 @@ __global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs 
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
             const float p = valid[r] ? exp2f(score[r] - new_max) : 0.0f;
-            const bf16 *v = reinterpret_cast<const bf16 *>(&v_raw[r]);
+            const bf16 *v = reinterpret_cast<const bf16 *>(&v_cur[r]);
             running_sum += p;
 #pragma unroll
             for (int i = 0; i < 8; i++) acc[i] += p * __bfloat162float(v[i]);
@@ -174,7 +181,8 @@ __global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs 
     __syncthreads();
     const size_t bh = (size_t)b * a.NH + h;
     bf16 *out = a.out + bh * HS;
-    if (a.splits == 1) {   // the whole cache in this block: no partial record, no combine
+    const int used = (len + a.split_len - 1) / a.split_len;   // splits that hold positions
+    if (used == 1) {   // the whole length in this block: no partial record, no combine
         const float inv_l = 1.0f / block_sum;
         for (int i = threadIdx.x; i < HS; i += kSplitThreads) {
             float sum = 0.0f;
@@ -198,7 +206,6 @@ __global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs 
     // The last of the head's used splits to get here combines: its record writes are made
     // visible (fence) before the count; the combining block fences again before reading the
     // others' records, through L2 (ldcg: they were written on other SMs).
-    const int used = (len + a.split_len - 1) / a.split_len;
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();

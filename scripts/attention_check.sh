@@ -46,7 +46,9 @@ stage_profile() {
     local hs nh
     for cfg in 64:12 128:6; do
         hs=${cfg%%:*}; nh=${cfg##*:}
+        # the set, and the L2's reductions (the dQ sums' TMA reduce-adds) and atomics
         run "profile-$hs" ncu --set full --import-source no --clock-control none \
+            --metrics lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__t_bytes.sum \
             -k regex:flash_backward_sm90 -c 1 -f -o "$OUT/prof-$hs" \
             $BUILD/bench/attention --backend flash --hs $hs --nh $nh --tmin 16384 --tmax 16384
         ncu -i "$OUT/prof-$hs.ncu-rep" --page source --csv --print-source sass > "$OUT/source-$hs.csv" 2>&1

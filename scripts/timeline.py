@@ -3,9 +3,12 @@
 # bench/kernel_timeline.c (a CUPTI injection library) recorded while the program ran as it
 # always runs: kernels back to back, no replay, the clocks of a sustained run. Plain Python.
 #
-# usage: timeline.py RUN.csv [--name NAME] [--skip N]
+# usage: timeline.py RUN.csv [--name NAME] [--skip N] [--cut REGEX] [--last N]
 #   steps are cut at the optimizer: a cluster of AdamW kernels (others a few apart between them,
-#   as in llm.c) ends a step; the first --skip steps (default 2: start-up and warm-up) are left out
+#   as in llm.c) ends a step; the first --skip steps (default 2: start-up and warm-up) are left out.
+#   --cut REGEX: a step starts instead at each kernel whose name matches (a decode step: its
+#   embedding kernel), and the table of kernels by name is added; --last N: only the last N steps
+#   (a decode benchmark's last phase)
 #
 # For each step: its wall time (from the end of the step before's last AdamW kernel to the end of
 # its own), the time some kernel ran, the time only copies or memsets ran, and the gaps where the
@@ -27,8 +30,12 @@ def read(path):
     return acts
 
 
-def steps(acts):
-    """[(t0, t1)]: each step's window, from one optimizer cluster's end to the next's"""
+def steps(acts, cut=None):
+    """[(t0, t1)]: each step's window, from one optimizer cluster's end to the next's, or with
+    cut from the start of one kernel whose name matches it to the next one's"""
+    if cut:
+        starts = [a[0] for a in acts if a[2] == "kernel" and re.search(cut, a[3])]
+        return list(zip(starts, starts[1:]))
     ends = optimizer_ends([a[3] if a[2] == "kernel" else "" for a in acts])
     return [(acts[ends[k - 1]][1], acts[ends[k]][1]) for k in range(1, len(ends))]
 
@@ -40,7 +47,15 @@ def account(acts, t0, t1):
     gaps = []   # (ns, before, after)
     before = "(step start)"
     groups = {g: 0 for g in ORDER}
+    # by kernel name: [count, time running, critical path]. The critical path of a kernel is
+    # how far its end moves the step's end (its end less the latest end before it): with
+    # programmatic dependent launch kernels overlap, and this is what each one costs the step.
+    names = {}
     for s, e, kind, name in inside:
+        k = names.setdefault(short(name), [0, 0, 0])
+        k[0] += 1
+        k[1] += e - s
+        k[2] += max(0, e - max(busy_end, s))
         if s > busy_end:
             gaps.append((s - busy_end, before, name))
         if kind == "kernel":
@@ -51,7 +66,7 @@ def account(acts, t0, t1):
         if e > busy_end:
             busy_end, before = e, name
     return {"wall": t1 - t0, "kernel": kernel, "copy": copy, "gap": sum(g[0] for g in gaps),
-            "gaps": gaps, "n": len(inside), "groups": groups}
+            "gaps": gaps, "n": len(inside), "groups": groups, "names": names}
 
 
 def short(name, n=60):
@@ -65,11 +80,17 @@ def main():
     p.add_argument("csv")
     p.add_argument("--name", default="")
     p.add_argument("--skip", type=int, default=2)
+    p.add_argument("--cut", default="")
+    p.add_argument("--last", type=int, default=0)
     a = p.parse_args()
     acts = read(a.csv)
-    windows = steps(acts)[a.skip - 1:] if a.skip > 0 else steps(acts)
+    windows = steps(acts, a.cut)
+    windows = windows[a.skip - 1:] if a.skip > 0 else windows
+    if a.last > 0:
+        windows = windows[-a.last:]
     if not windows:
-        sys.exit("%s: fewer than %d optimizer steps in the timeline" % (a.csv, a.skip + 1))
+        sys.exit("%s: fewer than %d %s in the timeline" % (
+            a.csv, a.skip + 1, "kernels named like '%s'" % a.cut if a.cut else "optimizer steps"))
     accs = [account(acts, t0, t1) for t0, t1 in windows]
     ms = lambda key: sum(x[key] for x in accs) / len(accs) / 1e6
     print("### %s: GPU timeline of a step (CUPTI, as run), mean of %d steps" % (a.name or a.csv, len(accs)))
@@ -91,6 +112,19 @@ def main():
         if v > 0:
             print("| %s | %.2f |" % (g, v))
     print()
+    if a.cut:
+        total = {}
+        for x in accs:
+            for k, v in x["names"].items():
+                t = total.setdefault(k, [0, 0, 0])
+                for i in range(3):
+                    t[i] += v[i]
+        print("| kernel (a step) | count | us running | us on the critical path |")
+        print("|---|--:|--:|--:|")
+        for k, v in sorted(total.items(), key=lambda kv: -kv[1][2]):
+            print("| %s | %.1f | %.1f | %.1f |" % (k, v[0] / len(accs), v[1] / len(accs) / 1e3,
+                                                 v[2] / len(accs) / 1e3))
+        print()
     last = accs[-1]
     print("Largest gaps of the last step (us: the activity before -> the one after):")
     print()

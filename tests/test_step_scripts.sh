@@ -49,6 +49,29 @@ python3 scripts/timeline.py "$tmp/short.csv" > /dev/null 2> "$tmp/short.err"
 check "timeline: too few steps is an error" test $? -ne 0
 check "timeline: says why" has "$tmp/short.err" "fewer than 3 optimizer steps"
 
+
+# --cut: decode steps, each an embedding kernel then 3 overlapping kernels (as under PDL: each
+# starts 2 us before the one before ends), then a 4 us gap to the next step's embedding
+python3 - > "$tmp/dec.csv" <<'PY'
+print("kind,start_ns,end_ns,stream,name")
+t = 0
+for step in range(6):
+    print(f'kernel,{t},{t + 1000},7,"_Z14encoder_kernelPf"'); t += 1000
+    for k in range(3):
+        print(f'kernel,{t},{t + 5000},7,"_Z11gemv_kernelPf"'); t += 3000
+    t += 2000 + 4000
+PY
+python3 scripts/timeline.py "$tmp/dec.csv" --cut encoder --skip 1 --last 3 > "$tmp/dec.md" 2> "$tmp/dec.err"
+check "timeline --cut runs" test $? -eq 0
+# a step: 1 us embedding, 3 gemv ending 3 us apart (the first 5 us after the embedding), 4 us gap
+check "timeline --cut: the last 3 steps" has "$tmp/dec.md" "mean of 3 steps"
+check "timeline --cut: wall time" has "$tmp/dec.md" "| wall time of a step | 0.02 |"
+check "timeline --cut: per kernel, running and critical path" has "$tmp/dec.md" \
+    "| _Z11gemv_kernelPf | 3.0 | 15.0 | 11.0 |"
+check "timeline --cut: the embedding's share" has "$tmp/dec.md" "| _Z14encoder_kernelPf | 1.0 | 1.0 | 1.0 |"
+python3 scripts/timeline.py "$tmp/dec.csv" --cut nosuchkernel > /dev/null 2> "$tmp/dec.err"
+check "timeline --cut: no such kernel is an error" test $? -ne 0
+check "timeline --cut: says why" has "$tmp/dec.err" "kernels named like 'nosuchkernel'"
 # ---- step_account.py --------------------------------------------------------------------------
 # ncu's CSV, one row per (kernel, metric): 2 steps of ours (encoder, GEMM, AdamW x 2) and of an
 # llm.c-like run whose AdamW kernels have a copy kernel between each two

@@ -272,9 +272,9 @@ static float *cached_run(GPT2 *m, const int *seq, int B, int T0, int steps, int 
     KVCache cache;
     kv_cache_init(&cache, m, B, T0 + steps - 1);   // the last step fills its last position
     gpt2_prefill(m, &cache, prompt, B, T0);
+    int *next = malloc((size_t)B * sizeof(int));
     for (int i = 0; i < steps; i++) {
         if (i > 0) {
-            int next[16];
             for (int b = 0; b < B; b++) next[b] = seq[b * seq_len + T0 + i - 1];
             gpt2_decode_step(m, &cache, next, T0 + i - 1);
         }
@@ -283,6 +283,7 @@ static float *cached_run(GPT2 *m, const int *seq, int B, int T0, int steps, int 
             memcpy(all + ((size_t)i * B + b) * V, row + (size_t)b * Vp, V * sizeof(float));
     }
     kv_cache_free(&cache);
+    free(next);
     free(row);
     free(prompt);
     return all;
@@ -328,6 +329,7 @@ static void test_cached_decoding(unsigned long long *rng) {
     check_cached_decoding(&m, 1, 1, 50, rng);     // batch 1 from position 1
     check_cached_decoding(&m, 4, 200, 57, rng);   // B=4 up to the model's last position, 255
     check_cached_decoding(&m, 9, 20, 12, rng);    // B=9: above FUSED_MAX_ROWS, the plain layers
+    check_cached_decoding(&m, 64, 20, 6, rng);    // B=64: bench_infer's batch, one split a head
     gpt2_free(&m);
 }
 
