@@ -36,7 +36,7 @@ metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__cy
 have_llmc=0
 if [ -x "$LLMC" ]; then
     have_llmc=1
-    cudnn=${LLMC_CUDNN:-$(python3 -c "import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))" 2>/dev/null || true)/lib}
+    cudnn=${LLMC_CUDNN:-$(python3 -c "import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0])" 2>/dev/null || true)/lib}
     export LD_LIBRARY_PATH=$cudnn${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 else
     echo "step_account: no llm.c binary at $LLMC: ours only"

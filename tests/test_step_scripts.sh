@@ -5,7 +5,9 @@
 #                            wall time split into kernels, copies and gaps, the groups, the gaps
 #   scripts/step_account.py  (ncu's CSV) the second step cut out, llm.c's AdamW kernels with other
 #                            kernels between them taken as one optimizer step
-# and that both refuse a run with too few steps. Ends like the C tests:
+#   scripts/vs_llmc.sh       (--parse: the logs of ours and llm.c) the mean ms of the steps asked
+#                            for, each program's line format, failed and missing runs
+# and that they refuse a run with too few steps or bad options. Ends like the C tests:
 # "tests/test_step_scripts.sh: N passed, N failed, N skipped".
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -110,5 +112,43 @@ python3 scripts/step_account.py --ours "$tmp/one.csv" --model 1:64:1:128 --B 1 -
     > /dev/null 2> "$tmp/one.err"
 check "step_account: one step is an error" test $? -ne 0
 check "step_account: says why" has "$tmp/one.err" "1 optimizer step(s) found, 2 needed"
+
+
+# ---- vs_llmc.sh --parse -----------------------------------------------------------------------
+# logs in both programs' formats: ours' step lines, llm.c's (its loss column differs); steps
+# 1-3 are slow (left out by --from 4); one round of d24 failed before any step; no llm.c d24 log
+mkdir -p "$tmp/vs"
+ours_log() {   # ours_log FILE MS...: steps 1..n
+    local f=$1 i=0; shift
+    : > "$f"
+    for ms in "$@"; do i=$((i + 1))
+        echo "step    $i/$# | loss 9.1 | norm 1.2 | lr 1.00e-04 | $ms ms | 1000 tok/s | MFU 40.0%" >> "$f"
+    done
+    echo "summary: $# steps, ..." >> "$f"
+}
+llmc_log() {
+    local f=$1 i=0; shift
+    echo "| model | d12 |" > "$f"
+    for ms in "$@"; do i=$((i + 1))
+        echo "step $(printf %4d $i)/$# | loss 9.100000 (+nanz)| norm 1.2000 (+nanz)| lr 1.00e-04 | $ms ms | -100.0% bf16 MFU | 1000 tok/s" >> "$f"
+    done
+}
+ours_log "$tmp/vs/ours_d12_b16_r1.log" 500 300 300 100 100 100
+ours_log "$tmp/vs/ours_d12_b16_r2.log" 500 300 300 110 110 110
+llmc_log "$tmp/vs/llmc_d12_b16_r1.log" 500 300 300 120 120 120
+llmc_log "$tmp/vs/llmc_d12_b16_r2.log" 500 300 300 120 120 120
+ours_log "$tmp/vs/ours_d24_b8_r1.log" 900 200 200 200 200 200
+echo "out of memory" > "$tmp/vs/ours_d24_b8_r2.log"
+scripts/vs_llmc.sh --parse "$tmp/vs" --configs d12:16,d24:8 --steps 6 > "$tmp/vs.md" 2> "$tmp/vs.err"
+check "vs_llmc.sh --parse runs" test $? -eq 0
+# d12 B=16: ours 100 and 110 (mean 105: 16,384 tokens in 105 ms), llm.c 120 twice: 1.14x
+check "vs_llmc: both formats, steps 4-6" has "$tmp/vs.md" "| d12 | 16 | 100.00 / 110.00 | 120.00 / 120.00 | 156038 | 136533 | 1.14x |"
+check "vs_llmc: a failed run and a missing one" has "$tmp/vs.md" "| d24 | 8 | 200.00 / failed | - / - | 40960 | - | - |"
+check "vs_llmc: the table is kept" has "$tmp/vs/table.md" "| d12 | 16 |"
+scripts/vs_llmc.sh --parse "$tmp/vs" --configs d12 > /dev/null 2> "$tmp/vs.err"
+check "vs_llmc: a config without its batch is an error" test $? -ne 0
+check "vs_llmc: says why" has "$tmp/vs.err" "--configs must be MODEL:B pairs"
+scripts/vs_llmc.sh --parse "$tmp/vs" --steps 3 --from 4 > /dev/null 2> "$tmp/vs.err"
+check "vs_llmc: --from past --steps is an error" has "$tmp/vs.err" "--from (4) is past --steps (3)"
 
 finish
