@@ -254,6 +254,11 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
 // step may also rewind; pos < maxT). Its logits (B, Vp) land in cache->logits and their argmax
 // in cache->argmax; len = pos + 1.
 void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos);
+// The same step for greedy decoding, at position cache->len: its tokens are cache->argmax, the
+// choice of the step or prefill before, which never leaves the device. Returns without
+// waiting for the device, so steps can be queued ahead of reading their argmax
+// (dev_download_async(cache->argmax, ...)). The same bits as gpt2_decode_step with that argmax.
+void gpt2_decode_step_greedy(GPT2 *model, KVCache *cache);
 // Host copies of the current logits: out (B, Vp) fp32; or their argmax, out (B) (computed
 // with the logits: only B ints come back).
 void gpt2_decode_logits(const KVCache *cache, float *out);

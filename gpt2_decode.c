@@ -171,6 +171,25 @@ void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
     cache->len = pos + 1;
 }
 
+// Greedy decoding with the tokens kept on the device: this step's tokens are the argmax of the
+// step (or prefill) before, copied on the device, and its position is the host's count. Nothing
+// here waits for the device, so the host can queue the next step before it has read this
+// one's tokens (dev_download_async), and the GPU never idles for a round trip.
+void gpt2_decode_step_greedy(GPT2 *model, KVCache *cache) {
+    int B = cache->B, C = model->config.channels, pos = cache->len;
+    if (pos < 1 || pos >= cache->maxT)
+        die("greedy decode step at position %d: needs a prefill first and a position < %d (the "
+            "cache's size)", pos, cache->maxT);
+    dev_copy(cache->inputs, cache->argmax, (size_t)B * sizeof(int));
+    int position_and_length[2] = {pos, pos + 1};
+    dev_upload_async(cache->inputs + B, position_and_length, sizeof(position_and_length));
+    encoder_forward(cache->x, cache->inputs, model->params.wte,
+                    model->params.wpe + (size_t)pos * C, B, 1, C);
+    DecodeArgs args = {model, cache};
+    device_graph_run(&cache->graph, decode_layers, &args);
+    cache->len = pos + 1;
+}
+
 void gpt2_decode_logits(const KVCache *cache, float *out) {
     floatX_download(out, cache->logits, (size_t)cache->B * cache->Vp);
 }

@@ -163,13 +163,10 @@ static const char *check_prompt(const Generator *g, const TokenList *prompt, cha
     return NULL;
 }
 
-// the next token of every sample from the current logits
+// the next token of every sample from the current logits (sampling, or greedy when the logits
+// are written out; plain greedy decoding keeps its tokens on the device, see generate)
 static void choose_tokens(Generator *g, const Options *o, uint64_t *rng, const int *done) {
     int B = o->B;
-    if (o->temperature == 0.0f && !g->write_logits) {   // greedy: only the argmax comes back
-        gpt2_decode_argmax(&g->cache, g->tokens);
-        return;
-    }
     gpt2_decode_logits(&g->cache, g->logits);
     if (g->write_logits)
         for (int b = 0; b < B; b++)
@@ -202,9 +199,25 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
     gpt2_prefill(&g->model, &g->cache, prompt->ids, 1, T);
     double t_first = 0.0;
     int step = 0, live = B;
+    // Greedy decoding keeps the tokens on the device: the next step is queued before this
+    // step's tokens are read (gpt2_decode_step_greedy), so the GPU does not wait for the host
+    // between steps; a step queued past the end of the text is computed and dropped.
+    const int greedy = o->temperature == 0.0f && !g->write_logits;
+    const size_t token_bytes = (size_t)B * sizeof(int);
+    int pending = greedy ? dev_download_async(g->cache.argmax, token_bytes) : -1;
     for (; step < steps && live > 0; step++) {
-        if (step > 0) gpt2_decode_step(&g->model, &g->cache, g->tokens, T + step - 1);
-        choose_tokens(g, o, rng, done);
+        if (greedy) {
+            int next = -1;
+            if (step + 1 < steps) {
+                gpt2_decode_step_greedy(&g->model, &g->cache);
+                next = dev_download_async(g->cache.argmax, token_bytes);
+            }
+            dev_download_finish(pending, g->tokens);
+            pending = next;
+        } else {
+            if (step > 0) gpt2_decode_step(&g->model, &g->cache, g->tokens, T + step - 1);
+            choose_tokens(g, o, rng, done);
+        }
         if (step == 0) t_first = wall_seconds();
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
@@ -220,6 +233,10 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
                 stdout_flush_or_die();   // stops at once on a full disk
             }
         }
+    }
+    if (pending >= 0) {   // the step queued after the last token read
+        int dropped[B];
+        dev_download_finish(pending, dropped);
     }
     double t_end = wall_seconds();
 

@@ -219,6 +219,44 @@ void dev_upload_async(void *dst, const void *src_host, size_t bytes) {
     CUDA_CHECK(cudaEventRecord(slot.done, cuda_stream));
 }
 
+// Pinned slots for dev_download_async, used in turn; the ticket is the slot (its event says when
+// its copy is done). Allocated on first use, at the largest size a download may have.
+static struct {
+    void *host;
+    size_t bytes;
+    int busy;           // given out and not finished
+    cudaEvent_t done;   // recorded after the slot's copy
+} download_slots[DEV_DOWNLOADS_IN_FLIGHT];
+static int download_next = 0;
+
+int dev_download_async(const void *src, size_t bytes) {
+    ensure_backend();
+    if (bytes > DEV_DOWNLOAD_MAX_BYTES)
+        die("dev_download_async of %zu bytes: at most %d", bytes, DEV_DOWNLOAD_MAX_BYTES);
+    const int ticket = download_next;
+    auto &slot = download_slots[ticket];
+    if (slot.busy) die("dev_download_async: %d downloads already in flight", DEV_DOWNLOADS_IN_FLIGHT);
+    download_next = (download_next + 1) % DEV_DOWNLOADS_IN_FLIGHT;
+    if (!slot.host) {
+        CUDA_CHECK(cudaMallocHost(&slot.host, DEV_DOWNLOAD_MAX_BYTES));
+        CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+    }
+    slot.bytes = bytes;
+    slot.busy = 1;
+    CUDA_CHECK(cudaMemcpyAsync(slot.host, src, bytes, cudaMemcpyDeviceToHost, cuda_stream));
+    CUDA_CHECK(cudaEventRecord(slot.done, cuda_stream));
+    return ticket;
+}
+
+void dev_download_finish(int ticket, void *dst_host) {
+    if (ticket < 0 || ticket >= DEV_DOWNLOADS_IN_FLIGHT || !download_slots[ticket].busy)
+        die("dev_download_finish: ticket %d is not a download in flight", ticket);
+    auto &slot = download_slots[ticket];
+    CUDA_CHECK(cudaEventSynchronize(slot.done));
+    memcpy(dst_host, slot.host, slot.bytes);
+    slot.busy = 0;
+}
+
 void dev_download(void *dst_host, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, cuda_stream));
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream));

@@ -63,6 +63,15 @@ void dev_upload(void *dst, const void *src_host, size_t bytes);     // host -> d
 // that the step never stops the host to wait for the device (CPU: a plain copy).
 void dev_upload_async(void *dst, const void *src_host, size_t bytes);
 void dev_download(void *dst_host, const void *src, size_t bytes);   // device -> host
+// device -> host in stream order, without waiting: the bytes land in pinned memory the runtime
+// keeps when the stream gets there; dev_download_finish(ticket, dst_host) waits for that copy
+// alone and hands them over. At most DEV_DOWNLOADS_IN_FLIGHT unfinished at once, each at most
+// DEV_DOWNLOAD_MAX_BYTES (greedy generation: the host reads one step's tokens while the next
+// step runs; CPU: a plain copy).
+#define DEV_DOWNLOADS_IN_FLIGHT 4   // (macros: tests/gpu/cpu_reference.h reads this file twice)
+#define DEV_DOWNLOAD_MAX_BYTES 65536
+int dev_download_async(const void *src, size_t bytes);
+void dev_download_finish(int ticket, void *dst_host);
 void dev_copy(void *dst, const void *src, size_t bytes);            // device -> device
 void dev_synchronize(void);
 size_t dev_bytes_in_use(void);   // bytes currently allocated through dev_malloc

@@ -1,11 +1,14 @@
-// decode_reference.h: the double-precision reference of attention_decode, shared by the CPU
-// (tests/test_infer.c) and GPU (tests/gpu/test_infer_gpu.c) tests of generation.
+// decode_reference.h: what the CPU (tests/test_infer.c) and GPU (tests/gpu/test_infer_gpu.c)
+// tests of generation share: the double-precision reference of attention_decode, and greedy
+// decoding with the tokens on the device against the same with them read back every step.
+// Include after gpt2.h.
 #ifndef DECODE_REFERENCE_H
 #define DECODE_REFERENCE_H
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 // out (B, NH, HS) = softmax(q k^T / sqrt(HS)) v over positions 0..len-1, summed in double and
 // rounded to fp32 once; q (B, NH, HS), kc and vc (B, maxT, NH, HS)
@@ -36,6 +39,51 @@ static void reference_decode(float *out, const float *q, const float *kc, const 
         }
     }
     free(scores);
+}
+
+// Greedy decoding from one prompt (tokens (1, T0), every sequence of the cache), steps steps
+// two ways: gpt2_decode_step_greedy, the host reading each step's argmax while the next step
+// runs (dev_download_async, as infer_gpt2 does), then gpt2_decode_step fed the argmax read back
+// at once. Returns the first step whose tokens or logits (as floats, bit for bit) differ, or -1;
+// *tokens_out (B * steps) the device-fed run's tokens, for the caller's own checks.
+static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt, int T0,
+                                     int steps, int *tokens_out) {
+    int B = cache->B, Vp = cache->Vp;
+    size_t token_bytes = (size_t)B * sizeof(int);
+    float *logits = malloc((size_t)steps * B * Vp * sizeof(float));
+    float *row = malloc((size_t)B * Vp * sizeof(float));
+    int *host_fed = malloc(token_bytes);
+    if (!logits || !row || !host_fed) {
+        fprintf(stderr, "greedy_on_device_mismatch: out of memory\n");
+        exit(1);
+    }
+    gpt2_prefill(m, cache, prompt, 1, T0);
+    int pending = dev_download_async(cache->argmax, token_bytes);
+    for (int i = 0; i < steps; i++) {
+        int next = -1;
+        if (i + 1 < steps) {   // queued before step i's tokens are read; its logits after
+            gpt2_decode_step_greedy(m, cache);
+            next = dev_download_async(cache->argmax, token_bytes);
+        }
+        dev_download_finish(pending, tokens_out + (size_t)i * B);
+        pending = next;
+        if (i + 1 < steps) gpt2_decode_logits(cache, logits + (size_t)(i + 1) * B * Vp);
+    }
+    int first = -1;
+    gpt2_prefill(m, cache, prompt, 1, T0);
+    for (int i = 0; i < steps && first < 0; i++) {
+        if (i > 0) gpt2_decode_step(m, cache, host_fed, T0 + i - 1);
+        gpt2_decode_argmax(cache, host_fed);
+        if (memcmp(host_fed, tokens_out + (size_t)i * B, token_bytes) != 0) first = i;
+        if (i > 0) {
+            gpt2_decode_logits(cache, row);
+            if (memcmp(row, logits + (size_t)i * B * Vp, (size_t)B * Vp * sizeof(float)) != 0) first = i;
+        }
+    }
+    free(logits);
+    free(row);
+    free(host_fed);
+    return first;
 }
 
 #endif

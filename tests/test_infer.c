@@ -269,6 +269,14 @@ static void test_cached_decoding(unsigned long long *rng) {
     int am[2];
     gpt2_decode_argmax(&cache, am);
     CHECK(am[0] == first_argmax(got, V) && am[1] == first_argmax(got + V, V), "gpt2_decode_argmax");
+
+    // greedy with the tokens kept on the device: the same tokens and logits as reading each
+    // step's argmax back and feeding it in, to the cache's last position
+    int greedy[2 * 16];
+    int at = greedy_on_device_mismatch(&m, &cache, seq[0], T0, maxT - T0 + 1, greedy);
+    CHECK(at < 0, "greedy decoding on the device equals greedy through the host, %d steps "
+          "(first difference at step %d)", maxT - T0 + 1, at);
+    CHECK(cache.len == maxT, "the greedy steps fill the cache to %d positions (len %d)", maxT, cache.len);
     kv_cache_free(&cache);
     gpt2_free(&m);
 }

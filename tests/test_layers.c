@@ -87,6 +87,19 @@ static void allocate_petabyte(void) {
 }
 #endif
 
+static void too_many_downloads(void) {
+    if (!freopen("/dev/null", "w", stderr)) _exit(2);
+    int x = 0;
+    for (int i = 0; i <= DEV_DOWNLOADS_IN_FLIGHT; i++) dev_download_async(&x, sizeof(x));
+}
+static void finish_twice(void) {
+    if (!freopen("/dev/null", "w", stderr)) _exit(2);
+    int x = 0;
+    int t = dev_download_async(&x, sizeof(x));
+    dev_download_finish(t, &x);
+    dev_download_finish(t, &x);
+}
+
 // runs fn in a child process; true when the child ended with exit(1)
 static int exits_with_failure(void (*fn)(void)) {
     fflush(stdout);
@@ -147,6 +160,18 @@ static void test_device(void) {
     int all_zero = 1;
     for (size_t i = 0; i < n; i++) all_zero &= back[i] == 0.0f;
     CHECK(all_zero, "dev_memset_zero zeroes");
+    // queued downloads: each gives the bytes as they were when it was asked for
+    int src = 7, got1 = 0, got2 = 0;
+    int t1 = dev_download_async(&src, sizeof(src));
+    src = 8;
+    int t2 = dev_download_async(&src, sizeof(src));
+    dev_download_finish(t2, &got2);
+    dev_download_finish(t1, &got1);
+    CHECK(got1 == 7 && got2 == 8, "dev_download_async: %d and %d, want 7 and 8", got1, got2);
+    CHECK(exits_with_failure(too_many_downloads), "more than %d downloads in flight exits(1)",
+          DEV_DOWNLOADS_IN_FLIGHT);
+    CHECK(exits_with_failure(finish_twice), "finishing a download twice exits(1)");
+
     dev_free(dev1);
     dev_free(dev2);
     free(host);

@@ -330,6 +330,19 @@ static void test_cached_decoding(unsigned long long *rng) {
     check_cached_decoding(&m, 4, 200, 57, rng);   // B=4 up to the model's last position, 255
     check_cached_decoding(&m, 9, 20, 12, rng);    // B=9: above FUSED_MAX_ROWS, the plain layers
     check_cached_decoding(&m, 64, 20, 6, rng);    // B=64: bench_infer's batch, one split a head
+    // greedy with the tokens kept on the device (the step replayed as a CUDA graph, the host
+    // reading each step's argmax one step late): the same bits as through the host
+    for (int B = 1; B <= 64; B *= 8) {
+        int prompt[16], *tokens = malloc((size_t)B * 40 * sizeof(int));
+        for (int i = 0; i < 16; i++) prompt[i] = (int)((test_randf(rng) * 0.5f + 0.5f) * c.vocab_size) % c.vocab_size;
+        KVCache cache;
+        kv_cache_init(&cache, &m, B, 16 + 40 - 1);
+        int at = greedy_on_device_mismatch(&m, &cache, prompt, 16, 40, tokens);
+        CHECK(at < 0, "greedy on the device equals greedy through the host, B=%d, 40 steps (first "
+              "difference at step %d)", B, at);
+        kv_cache_free(&cache);
+        free(tokens);
+    }
     gpt2_free(&m);
 }
 

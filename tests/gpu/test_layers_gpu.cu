@@ -186,6 +186,18 @@ static void test_device(void) {
     memset(want_zeros, 0, n * sizeof(float));
     expect_identical("dev_memset_zero", zeros, want_zeros, n);
 
+    // queued downloads: two in flight, each the bytes as they were when the stream got there
+    // (the buffer is overwritten in between), finished out of order
+    float first[1000], second[1000];
+    dev_copy(dcopy, draw, 1000 * sizeof(float));
+    int t1 = dev_download_async(dcopy, 1000 * sizeof(float));
+    dev_copy(dcopy, draw + 1000, 1000 * sizeof(float));
+    int t2 = dev_download_async(dcopy, 1000 * sizeof(float));
+    dev_download_finish(t2, second);
+    dev_download_finish(t1, first);
+    expect_identical("dev_download_async, the first", first, raw, 1000);
+    expect_identical("dev_download_async, the second", second, raw + 1000, 1000);
+
     dev_free(d);
     dev_free(draw);
     dev_free(dcopy);
