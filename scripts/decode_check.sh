@@ -2,14 +2,19 @@
 # decode_check.sh: issue 20's check on a GPU, from binaries already built (make BACKEND=cuda
 # cuda-build; nothing is rebuilt here), in about 3 minutes:
 #   1. tests/gpu/test_infer_gpu: the fused decode kernels against the plain layers, the decode
-#      attention against fp64, cached against recomputed logits at B = 1, 3, 4, 9
+#      attention against fp64, cached against recomputed logits at B = 1, 3, 4, 9, 64, greedy
+#      with the tokens on the device against greedy through the host
 #   2. tests/gpu/hf_parity.sh: greedy generation against Hugging Face (skips itself without
 #      torch and transformers; HF_PARITY=0 skips it here)
-#   3. bench_infer three ways in the same run: the fused step (default), the same without PDL
-#      (CUDA_PDL=0), the plain layers of before (DECODE_FUSED=0), and a table of the three
+#   3. bench_infer four ways in the same run: the fused step (default), the same without PDL
+#      (CUDA_PDL=0), greedy's tokens through the host every step (GREEDY_ON_DEVICE=0), the
+#      plain layers of before (DECODE_FUSED=0), and a table of the four
 #   4. with ncu on the PATH (NCU=0 skips it): the per-kernel account of one decode step at
 #      batch 1, fused and plain: ncu times each kernel alone (serialised: no PDL overlap, no
 #      launch gaps), so the sum is the kernels' own time, not the step's
+#   5. with $BUILD/bench/libkernel_timeline.so built (TIMELINE=0 skips it): the step as it runs,
+#      at batch 1 and 64 (CUPTI; scripts/timeline.py --cut encoder_forward): each kernel's
+#      share of the step's critical path, and the idle gaps
 # Everything also lands in $OUT_DIR (default $BUILD/decode_check).
 set -uo pipefail
 BUILD=${BUILD:-build/cuda-flash}
@@ -29,7 +34,7 @@ if [ "${HF_PARITY:-1}" != 0 ]; then
     BUILD=$BUILD bash tests/gpu/hf_parity.sh 2>&1 | tee "$OUT_DIR/hf_parity.txt" | tail -n 8
 fi
 
-echo "== 3. bench_infer: fused with PDL, fused without PDL, the plain layers"
+echo "== 3. bench_infer: fused with PDL, fused without PDL, tokens through the host, the plain layers"
 bench() {   # name, env assignments...
     local name=$1; shift
     env "$@" "$BUILD/bench/bench_infer" -c d12 --ttft-prompt 1000 --prompt 128 -n 256 -b 64 -r 5 \
@@ -37,13 +42,14 @@ bench() {   # name, env assignments...
 }
 bench fused
 bench nopdl CUDA_PDL=0
+bench host GREEDY_ON_DEVICE=0
 bench plain DECODE_FUSED=0
 value() { awk -v k="$1" '$1 == k { print $2 }' "$OUT_DIR/bench_$2.txt"; }
 {
-    echo "| measure | fused + PDL | fused, no PDL | plain layers (DECODE_FUSED=0) |"
-    echo "|---|--:|--:|--:|"
+    echo "| measure | fused + PDL | fused, no PDL | tokens through the host (GREEDY_ON_DEVICE=0) | plain layers (DECODE_FUSED=0) |"
+    echo "|---|--:|--:|--:|--:|"
     for key in decode_b1_tok_s decode_b1_nograph_tok_s decode_b1_long_tok_s decode_bB_tok_s ttft_ms bound_b1_tok_s bound_bB_tok_s; do
-        echo "| $key | $(value $key fused) | $(value $key nopdl) | $(value $key plain) |"
+        echo "| $key | $(value $key fused) | $(value $key nopdl) | $(value $key host) | $(value $key plain) |"
     done
     b1=$(value decode_b1_tok_s fused)
     [ -n "$b1" ] && awk -v r="$b1" 'BEGIN { printf "\nbatch 1, fused: %.1f us a token\n", 1e6 / r }'
@@ -84,5 +90,20 @@ if [ "${NCU:-1}" != 0 ] && command -v ncu > /dev/null; then
     account plain DECODE_FUSED=0 | tee -a "$OUT_DIR/ncu_account.txt"
 else
     echo "== 4. skipped (no ncu on the PATH, or NCU=0)"
+fi
+TL=$BUILD/bench/libkernel_timeline.so
+if [ "${TIMELINE:-1}" != 0 ] && [ -f "$TL" ] && command -v python3 > /dev/null; then
+    echo "== 5. the decode step as it runs (CUPTI timeline), batch 1 and 64"
+    for b in 1 64; do
+        CUDA_INJECTION64_PATH=$(cd "$(dirname "$TL")" && pwd)/$(basename "$TL") \
+            KERNEL_TIMELINE_OUT="$OUT_DIR/timeline_b$b.csv" "$BUILD/bench/bench_infer" -c d12 \
+            --ttft-prompt 200 --prompt 128 -n 256 -b "$b" -r 1 > "$OUT_DIR/timeline_b$b.txt" 2>&1 ||
+            { echo "bench_infer under the timeline (b=$b) failed:"; tail -n 5 "$OUT_DIR/timeline_b$b.txt"; continue; }
+        python3 scripts/timeline.py "$OUT_DIR/timeline_b$b.csv" --cut encoder_forward --skip 1 \
+            --last 100 --name "decode, batch $b" | tee "$OUT_DIR/timeline_b$b.md" |
+            sed -n '/kernel (a step)/,/^$/p' | cut -c1-150
+    done
+else
+    echo "== 5. skipped (TIMELINE=0, no $TL, or no python3)"
 fi
 echo "results in $OUT_DIR"
