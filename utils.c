@@ -304,6 +304,11 @@ int parse_flags(int argc, char **argv, Flag *flags, int n, const char *program,
     return count;
 }
 
+int env_flag(const char *name, int fallback) {
+    const char *v = getenv(name);
+    return v ? strcmp(v, "0") != 0 : fallback;
+}
+
 double wall_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

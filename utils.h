@@ -96,6 +96,10 @@ int parse_flags(int argc, char **argv, Flag *flags, int n, const char *program,
                 void (*usage)(FILE *out), char **positional, int max_positional);
 const Flag *flag_named(const Flag *flags, int n, const char *name);   // NULL when none
 
+// an environment switch (benchmark and debugging switches): unset -> fallback, "0" -> 0,
+// anything else -> 1. Callers that read it on a hot path keep the answer.
+int env_flag(const char *name, int fallback);
+
 double wall_seconds(void);               // monotonic clock
 void format_bytes(char *buf, size_t n, double bytes);   // "123.4 MiB"
 

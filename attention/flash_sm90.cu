@@ -826,12 +826,6 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
     LAUNCH_CHECK();
 }
 
-// an environment switch, read once: unset -> fallback, "0" -> false, anything else -> true
-bool env_flag(const char *name, bool fallback) {
-    const char *v = getenv(name);
-    return v ? strcmp(v, "0") != 0 : fallback;
-}
-
 }  // namespace
 
 bool flash_sm90_enabled() {

@@ -162,12 +162,6 @@ static Result run_backend(const AttentionBackend *be, int B, int T, int NH, int 
     return res;
 }
 
-// an environment switch as flash_sm90.cu reads it: unset or anything but "0" is on
-static int env_on(const char *name) {
-    const char *v = getenv(name);
-    return !v || strcmp(v, "0") != 0;
-}
-
 // --receipt: one pass of one backend under the profiler's range, its counts and its time
 static int run_receipt(const AttentionBackend *be, int with_backward, int B, int T, int NH, int HS) {
     AttnCount fwd, bwd;
@@ -183,8 +177,8 @@ static int run_receipt(const AttentionBackend *be, int with_backward, int B, int
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        const int sm90 = major == 9 && minor == 0 && env_on("FLASH_SM90");
-        if (flash_tiles_for(&tiles, sm90, sm90 && env_on("FLASH_SM90_BWD"), T, HS) != 0) {
+        const int sm90 = major == 9 && minor == 0 && env_flag("FLASH_SM90", 1);
+        if (flash_tiles_for(&tiles, sm90, sm90 && env_flag("FLASH_SM90_BWD", 1), T, HS) != 0) {
             fprintf(stderr, "error: --receipt: flash has no kernels for HS=%d (64 or 128)\n", HS);
             return 1;
         }

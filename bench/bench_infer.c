@@ -39,10 +39,7 @@ static double median(double *x, int n) {
 // host round trip of before, for a same-run comparison).
 static double generate(GPT2 *m, KVCache *cache, const int *prompt, int T, int steps, double *first) {
     static int on_device = -1;
-    if (on_device < 0) {
-        const char *env = getenv("GREEDY_ON_DEVICE");
-        on_device = !(env && strcmp(env, "0") == 0);
-    }
+    if (on_device < 0) on_device = env_flag("GREEDY_ON_DEVICE", 1);
     int tokens[4096];   // B <= 4096
     size_t bytes = (size_t)cache->B * sizeof(int);
     dev_synchronize();

@@ -282,8 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
 bool fused_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
-        const char *env = getenv("DECODE_FUSED");
-        enabled = !(env && strcmp(env, "0") == 0);
+        enabled = env_flag("DECODE_FUSED", 1);
     }
     return enabled;
 }

@@ -70,8 +70,7 @@ size_t backend_workspace_size(void) { return cublaslt_workspace_size; }
 bool pdl_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
-        const char *env = getenv("CUDA_PDL");
-        enabled = !(env && strcmp(env, "0") == 0) && device_prop.major >= 9;
+        enabled = env_flag("CUDA_PDL", 1) && device_prop.major >= 9;
     }
     return enabled;
 }

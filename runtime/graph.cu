@@ -15,10 +15,7 @@ struct DeviceGraph {
     cudaGraphExec_t exec;      // the instantiated graph, after the second call
 };
 
-static bool graphs_enabled(void) {
-    const char *env = getenv("CUDA_GRAPHS");
-    return !(env && strcmp(env, "0") == 0);
-}
+static bool graphs_enabled(void) { return env_flag("CUDA_GRAPHS", 1); }
 
 void device_graph_run(DeviceGraph **graph, void (*fn)(void *ctx), void *ctx) {
     if (!graphs_enabled()) {

@@ -1,6 +1,7 @@
 // test_utils.c: the helpers every program relies on: atomic file writes (a process killed in
 // the middle of one leaves the earlier file intact) and the checked parsing of flag values.
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -152,9 +153,25 @@ static void test_flag_table(void) {
           "FLAGS_THEN_REST: the flags end at the first positional argument");
 }
 
+// the benchmark switches (CUDA_PDL, DECODE_FUSED, ...): unset -> the fallback, "0" -> off,
+// anything else -> on
+static void test_env_flag(void) {
+    unsetenv("TEST_UTILS_SWITCH");
+    CHECK(env_flag("TEST_UTILS_SWITCH", 1) == 1 && env_flag("TEST_UTILS_SWITCH", 0) == 0,
+          "env_flag: unset gives the fallback");
+    setenv("TEST_UTILS_SWITCH", "0", 1);
+    CHECK(env_flag("TEST_UTILS_SWITCH", 1) == 0, "env_flag: \"0\" is off");
+    setenv("TEST_UTILS_SWITCH", "1", 1);
+    CHECK(env_flag("TEST_UTILS_SWITCH", 0) == 1, "env_flag: \"1\" is on");
+    setenv("TEST_UTILS_SWITCH", "no", 1);
+    CHECK(env_flag("TEST_UTILS_SWITCH", 0) == 1, "env_flag: any other value is on");
+    unsetenv("TEST_UTILS_SWITCH");
+}
+
 int main(void) {
     test_atomic_write();
     test_parsing();
     test_flag_table();
+    test_env_flag();
     return test_summary();
 }
