@@ -8,8 +8,9 @@
 // partial result is (m = max score, l = sum 2^(score - m), acc = sum 2^(score - m) v_s). The
 // last block of a head to finish (a counter per head in the scratch elects it) combines them:
 // M = max m_i, L = sum l_i 2^(m_i - M), out = sum acc_i 2^(m_i - M) / L, over the splits that
-// hold positions; a length that fits in one split is written by its block directly. One kernel, not a split kernel and a combine kernel: at batch 1 every
-// kernel boundary costs more than the combine's work.
+// hold positions; a length that fits in one split is written by its block directly. One
+// kernel, not a split kernel and a combine kernel: at batch 1 every kernel boundary costs more
+// than the combine's work.
 // Inside a block, a group of G = HS/8 (rounded up to a power of two) lanes handles a cache row,
 // each lane 8 channels through one 16-byte load of k and one of v, kRows rows per round with
 // all their loads in flight together; each group keeps its own (m, l, acc), merged in shared

@@ -15,6 +15,7 @@
 #include "../../gpt2.h"
 #include "../decode_reference.h"
 #include "../test.h"
+#include "../tiny_model.h"   // random_tokens
 #include "cpu_reference.h"   // cpu_attention_decode (fp32)
 
 // ----------------------------------------------------------------------------------------
@@ -295,7 +296,7 @@ static void check_cached_decoding(GPT2 *m, int B, int T0, int steps, unsigned lo
     GPT2Config c = m->config;
     int len = T0 + steps, V = c.vocab_size;
     int *seq = malloc((size_t)B * len * sizeof(int)), *flat = malloc((size_t)B * len * sizeof(int));
-    for (int i = 0; i < B * len; i++) seq[i] = (int)((test_randf(rng) * 0.5f + 0.5f) * V) % V;
+    random_tokens(seq, B * len, V, rng);
 
     setenv("CUDA_GRAPHS", "1", 1);
     float *graphed = cached_run(m, seq, B, T0, steps, len);
@@ -334,7 +335,7 @@ static void test_cached_decoding(unsigned long long *rng) {
     // reading each step's argmax one step late): the same bits as through the host
     for (int B = 1; B <= 64; B *= 8) {
         int prompt[16], *tokens = malloc((size_t)B * 40 * sizeof(int));
-        for (int i = 0; i < 16; i++) prompt[i] = (int)((test_randf(rng) * 0.5f + 0.5f) * c.vocab_size) % c.vocab_size;
+        random_tokens(prompt, 16, c.vocab_size, rng);
         KVCache cache;
         kv_cache_init(&cache, &m, B, 16 + 40 - 1);
         int at = greedy_on_device_mismatch(&m, &cache, prompt, 16, 40, tokens);
