@@ -156,9 +156,8 @@ __global__ void __launch_bounds__(SUMSQ_THREADS)
 
     __shared__ bool is_last_block;
     if (threadIdx.x == 0) {
-        sumsq_partials[blockIdx.x] = block_total;
-        __threadfence();   // the partial is visible to all blocks before the count says so
-        is_last_block = atomicAdd(&sumsq_blocks_done, 1u) == gridDim.x - 1;
+        sumsq_partials[blockIdx.x] = block_total;   // published by the count (cuda_common.cuh)
+        is_last_block = atomic_add_acq_rel(&sumsq_blocks_done, 1u) == gridDim.x - 1;
     }
     __syncthreads();
     if (!is_last_block) return;

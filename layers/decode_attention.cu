@@ -13,8 +13,8 @@
 // than the combine's work.
 // Inside a block, a group of G = HS/8 (rounded up to a power of two) lanes handles a cache row,
 // each lane 8 channels through one 16-byte load of k and one of v, kRows rows per round with
-// all their loads in flight together; each group keeps its own (m, l, acc), merged in shared
-// memory at the end. bf16 storage, fp32 math.
+// all their loads in flight together; each group keeps its own (m, l, acc), merged at the end
+// by warp shuffles, then the warps' through shared memory. bf16 storage, fp32 math.
 //
 // The decode step's call (attention_decode_step) also takes the new token's k and v from qkv
 // and writes them into the cache: the block whose split holds the new position reads that row
@@ -153,83 +153,105 @@ __global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs 
         }
     }
 
-    // merge the groups: weight_g = 2^(m_g - M), groups that saw no row have l = 0, m = -inf
-    __shared__ float group_max[kGroups], group_weight[kGroups];
-    __shared__ float group_acc[kGroups][G * 8];
-    __shared__ float block_max, block_sum;
-    __shared__ bool combines;
-    if (member == 0) group_max[group] = running_max;
+    // merge the groups. First a warp's: its groups' lanes with the same channels are G apart.
+    // weight = 2^(m_group - m_warp); a group that saw no row has m = -inf and weighs 0.
+    float warp_max = running_max;
 #pragma unroll
-    for (int i = 0; i < 8; i++) group_acc[group][member * 8 + i] = acc[i];
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float m = -INFINITY;
-        for (int g = 0; g < kGroups; g++) m = fmaxf(m, group_max[g]);
-        block_max = m;
+    for (int offset = G; offset < 32; offset <<= 1)
+        warp_max = fmaxf(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, offset));
+    const float w = running_max == -INFINITY ? 0.0f : exp2f(running_max - warp_max);
+    float warp_sum = running_sum * w;
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i] *= w;
+#pragma unroll
+    for (int offset = G; offset < 32; offset <<= 1) {
+        warp_sum += __shfl_xor_sync(0xffffffffu, warp_sum, offset);
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], offset);
+    }
+    // then the block's, from the warps' (m, l, acc) in shared memory: thread e < HS sums
+    // channel e, each thread the same M and L (4 values each)
+    constexpr int kWarps = kSplitThreads / 32;
+    __shared__ float warp_m[kWarps], warp_l[kWarps], warp_acc[kWarps][G * 8];
+    __shared__ bool combines;
+    if (lane < G) {
+        if (lane == 0) { warp_m[warp] = warp_max; warp_l[warp] = warp_sum; }
+#pragma unroll
+        for (int i = 0; i < 8; i++) warp_acc[warp][member * 8 + i] = acc[i];
     }
     __syncthreads();
-    if (member == 0) {
-        const float w = running_max == -INFINITY ? 0.0f : exp2f(running_max - block_max);
-        group_weight[group] = w;
-        group_max[group] = running_sum * w;   // reused: this group's share of the sum
+    float block_max = -INFINITY, block_sum = 0.0f, weight[kWarps];
+#pragma unroll
+    for (int k = 0; k < kWarps; k++) block_max = fmaxf(block_max, warp_m[k]);
+#pragma unroll
+    for (int k = 0; k < kWarps; k++) {
+        weight[k] = warp_m[k] == -INFINITY ? 0.0f : exp2f(warp_m[k] - block_max);
+        block_sum += warp_l[k] * weight[k];
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float l = 0.0f;
-        for (int g = 0; g < kGroups; g++) l += group_max[g];
-        block_sum = l;
-    }
-    __syncthreads();
+    auto block_acc = [&](int e) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kWarps; k++) sum += warp_acc[k][e] * weight[k];
+        return sum;
+    };
     const size_t bh = (size_t)b * a.NH + h;
     bf16 *out = a.out + bh * HS;
     const int used = (len + a.split_len - 1) / a.split_len;   // splits that hold positions
     if (used == 1) {   // the whole length in this block: no partial record, no combine
         const float inv_l = 1.0f / block_sum;
-        for (int i = threadIdx.x; i < HS; i += kSplitThreads) {
-            float sum = 0.0f;
-            for (int g = 0; g < kGroups; g++) sum += group_acc[g][i] * group_weight[g];
-            out[i] = __float2bfloat16_rn(sum * inv_l);
-        }
+        for (int e = threadIdx.x; e < HS; e += kSplitThreads)
+            out[e] = __float2bfloat16_rn(block_acc(e) * inv_l);
         return;
     }
     float *records = a.partial + bh * a.splits * (HS + 2);
     float *record = records + split * (HS + 2);
-    for (int i = threadIdx.x; i < HS; i += kSplitThreads) {
-        float sum = 0.0f;
-        for (int g = 0; g < kGroups; g++) sum += group_acc[g][i] * group_weight[g];
-        record[i] = sum;
-    }
+    for (int e = threadIdx.x; e < HS; e += kSplitThreads) record[e] = block_acc(e);
     if (threadIdx.x == 0) {
         record[HS] = block_max;
         record[HS + 1] = block_sum;
     }
 
-    // The last of the head's used splits to get here combines: its record writes are made
-    // visible (fence) before the count; the combining block fences again before reading the
-    // others' records, through L2 (ldcg: they were written on other SMs).
+    // The last of the head's used splits to get here combines (runtime/cuda_common.cuh's
+    // last-block pattern), reading the others' records through L2 (they were written on other
+    // SMs).
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned done = atomicAdd(a.counters + bh, 1u);
-        combines = done == (unsigned)used - 1;
-        if (combines) {
-            a.counters[bh] = 0;   // for the next call (stream-ordered after this kernel)
-            __threadfence();
-        }
+        combines = atomic_add_acq_rel(a.counters + bh, 1u) == (unsigned)used - 1;
+        if (combines) a.counters[bh] = 0;   // for the next call (stream-ordered after this kernel)
     }
     __syncthreads();
     if (!combines) return;
-    float m = -INFINITY;
-    for (int i = 0; i < used; i++) m = fmaxf(m, __ldcg(records + i * (HS + 2) + HS));
-    float l = 0.0f;
-    for (int i = 0; i < used; i++)
-        l += __ldcg(records + i * (HS + 2) + HS + 1) * exp2f(__ldcg(records + i * (HS + 2) + HS) - m);
-    const float inv_l = 1.0f / l;
+    // (M, L, out) merged over the records 8 at a time, as the online softmax merges rows: all
+    // of a chunk's loads in flight together, one L2 round trip per 8 splits. The records' m
+    // are finite (a used split holds a position), so M is finite after the first chunk.
+    constexpr int kChunk = 8;
     for (int e = threadIdx.x; e < HS; e += kSplitThreads) {
-        float sum = 0.0f;
-        for (int i = 0; i < used; i++)
-            sum += __ldcg(records + i * (HS + 2) + e) * exp2f(__ldcg(records + i * (HS + 2) + HS) - m);
-        out[e] = __float2bfloat16_rn(sum * inv_l);
+        float M = -INFINITY, L = 0.0f, sum = 0.0f;
+        for (int i0 = 0; i0 < used; i0 += kChunk) {
+            float m_i[kChunk], l_i[kChunk], acc_i[kChunk];
+#pragma unroll
+            for (int j = 0; j < kChunk; j++) {
+                const float *r = records + (i0 + j) * (HS + 2);
+                const bool in = i0 + j < used;
+                m_i[j] = in ? __ldcg(r + HS) : -INFINITY;
+                l_i[j] = in ? __ldcg(r + HS + 1) : 0.0f;
+                acc_i[j] = in ? __ldcg(r + e) : 0.0f;
+            }
+            float m_new = M;
+#pragma unroll
+            for (int j = 0; j < kChunk; j++) m_new = fmaxf(m_new, m_i[j]);
+            const float correction = exp2f(M - m_new);   // 0 at the first chunk
+            L *= correction;
+            sum *= correction;
+#pragma unroll
+            for (int j = 0; j < kChunk; j++) {
+                const float w_j = exp2f(m_i[j] - m_new);   // 0 past `used`
+                L += l_i[j] * w_j;
+                sum += acc_i[j] * w_j;
+            }
+            M = m_new;
+        }
+        out[e] = __float2bfloat16_rn(sum / L);
     }
 }
 

@@ -256,25 +256,48 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
         a.best_i[blockIdx.x * N + n] = bi;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {   // bests visible before the count; the last block fences again
-        __threadfence();
-        last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
-        if (last) {
-            *a.counter = 0;   // for the next call (stream-ordered after this kernel)
-            __threadfence();
-        }
+    if (threadIdx.x == 0) {   // the last-block pattern of runtime/cuda_common.cuh
+        last = atomic_add_acq_rel(a.counter, 1u) == gridDim.x - 1;
+        if (last) *a.counter = 0;   // for the next call (stream-ordered after this kernel)
     }
     __syncthreads();
-    if (!last || threadIdx.x >= N) return;
-    const int n = threadIdx.x;
-    float bv = -FLT_MAX;
-    int bi = 0x7fffffff;
-    for (unsigned blk = 0; blk < gridDim.x; blk++) {
-        const float v = __ldcg(a.best_v + blk * N + n);
-        const int i = __ldcg(a.best_i + blk * N + n);
-        if (better(v, i, bv, bi)) { bv = v; bi = i; }
+    if (!last) return;
+    // The grid's bests, read by all the block's threads (thread k takes blocks k, k + 128, ...;
+    // one L2 round trip, where one thread per row walking 264 blocks took some 20 us at batch
+    // 1), then the warps' and the block's bests as above. `better` is a total order, so the
+    // result does not depend on who compared what.
+    float bv[NR];
+    int bi[NR];
+#pragma unroll
+    for (int n = 0; n < NR; n++) { bv[n] = -FLT_MAX; bi[n] = 0x7fffffff; }
+    for (unsigned blk = threadIdx.x; blk < gridDim.x; blk += kThreads) {
+#pragma unroll
+        for (int n = 0; n < NR; n++) {
+            if (n >= N) break;
+            const float v = __ldcg(a.best_v + blk * N + n);
+            const int i = __ldcg(a.best_i + blk * N + n);
+            if (better(v, i, bv[n], bi[n])) { bv[n] = v; bi[n] = i; }
+        }
     }
-    a.argmax[n] = bi < a.V ? bi : 0;   // rows of NaNs: index 0, as logits_argmax
+#pragma unroll
+    for (int n = 0; n < NR; n++) {
+        if (n >= N) break;
+#pragma unroll
+        for (int offset = 16; offset >= 1; offset >>= 1) {
+            const float v = __shfl_xor_sync(0xffffffffu, bv[n], offset);
+            const int i = __shfl_xor_sync(0xffffffffu, bi[n], offset);
+            if (better(v, i, bv[n], bi[n])) { bv[n] = v; bi[n] = i; }
+        }
+        if (lane == 0) { warp_v[warp][n] = bv[n]; warp_i[warp][n] = bi[n]; }
+    }
+    __syncthreads();
+    if (threadIdx.x >= N) return;
+    const int n = threadIdx.x;
+    float best = warp_v[0][n];
+    int index = warp_i[0][n];
+    for (int k = 1; k < kWarps; k++)
+        if (better(warp_v[k][n], warp_i[k][n], best, index)) { best = warp_v[k][n]; index = warp_i[k][n]; }
+    a.argmax[n] = index < a.V ? index : 0;   // rows of NaNs: index 0, as logits_argmax
 }
 
 // the fused path is taken for a shape it handles, unless DECODE_FUSED=0 (a benchmark switch:

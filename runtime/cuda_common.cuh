@@ -129,6 +129,20 @@ __device__ __forceinline__ void elementwise2(bf16 *out, const bf16 *a, const bf1
     }
 }
 
+// ---- the last block to finish: reductions across a grid in one kernel --------------------------
+// Each block writes its partial result, then __syncthreads(), then one thread counts the block
+// in with atomic_add_acq_rel. Its release publishes the block's writes (ordered before that
+// thread by the barrier) before the count; its acquire makes every earlier block's writes visible
+// to the block that sees the last count, whose threads then read them through L2 (__ldcg) after
+// another __syncthreads(). It compiles to one MEMBAR.ALL.GPU before the atomic, where
+// __threadfence() + atomicAdd + __threadfence() gave two MEMBAR.SC.GPU (sequentially consistent
+// fences, the strongest kind). CUTLASS's grid barriers use the same release/acquire pairing.
+__device__ __forceinline__ unsigned atomic_add_acq_rel(unsigned *p, unsigned v) {
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+
 // ---- programmatic dependent launch (PDL, sm_90 and later) -----------------------------------
 // A decode step is a chain of small kernels, each needing the one before it to finish. Launched
 // with launch_pdl, a kernel may start while the one before it on the stream still runs: it may
