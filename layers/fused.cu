@@ -113,25 +113,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     pdl_launch_dependents();
     pdl_wait();
 
-    // ---- the input rows into shared memory (through L2: the kernel before just wrote them).
-    // A thread's loads are issued together, up to 16, then stored: one L2 round trip where a
-    // plain loop (3 chunks a thread at K = 3072) compiled to one round trip per chunk.
-    constexpr int kStage = (NR * KC * 32 + kThreads - 1) / kThreads;   // chunks a thread, at most
-    constexpr int kBatch = kStage < 16 ? kStage : 16;
-#pragma unroll
-    for (int j0 = 0; j0 < kStage; j0 += kBatch) {
-        int4 v[kBatch];
-#pragma unroll
-        for (int j = 0; j < kBatch; j++) {
-            const int i = threadIdx.x + (j0 + j) * kThreads;
-            if (i < N * nchunks) v[j] = __ldcg(reinterpret_cast<const int4 *>(a.inp) + i);
-        }
-#pragma unroll
-        for (int j = 0; j < kBatch; j++) {
-            const int i = threadIdx.x + (j0 + j) * kThreads;
-            if (i < N * nchunks) xs[i] = v[j];
-        }
-    }
+    // ---- the input rows into shared memory (through L2: the kernel before just wrote them)
+    for (int i = threadIdx.x; i < N * nchunks; i += kThreads)
+        xs[i] = __ldcg(reinterpret_cast<const int4 *>(a.inp) + i);
     __syncthreads();
     if (LN) {   // warp n normalises row n in place, as layernorm_forward_kernel computes it
         for (int n = warp; n < N; n += kWarps) {
