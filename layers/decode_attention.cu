@@ -12,7 +12,7 @@
 // kernel, not a split kernel and a combine kernel: at batch 1 every kernel boundary costs more
 // than the combine's work.
 // Inside a block, a group of G = HS/8 (rounded up to a power of two) lanes handles a cache row,
-// each lane 8 channels through one 16-byte load of k and one of v, kRows rows per round with
+// each lane 8 channels through one 16-byte load of k and one of v, ROWS rows per round with
 // all their loads in flight together; each group keeps its own (m, l, acc), merged at the end
 // by warp shuffles, then the warps' through shared memory. bf16 storage, fp32 math.
 //
@@ -36,7 +36,6 @@
 namespace {
 
 constexpr int kSplitThreads = 128;
-constexpr int kRows = 4;             // cache rows a group loads at once
 constexpr int kMinSplitKeys = 64;    // positions per split at least: one round at HS = 64
 constexpr int kBlocksPerSM = 4;      // blocks wanted per SM when B*NH alone is too few
 
@@ -52,9 +51,15 @@ struct DecodeArgs {
     float scale_log2;
 };
 
-// G lanes per cache row, 8 channels each; kRows rows per group per round
-template <int G>
-__global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs a) {
+// G lanes per cache row, 8 channels each; ROWS cache rows per group per round, loaded at once.
+// ROWS = 4 (118 registers, 4 blocks an SM) where a head is split: the rows of a split are few,
+// and more in flight at once shortens it. ROWS = 2 (80 registers, 6 blocks an SM) where each
+// head is one block (B*NH blocks, batch 64: 768): then what counts is that every block is
+// resident at once, one wave (792 on 132 SMs) and no tail (4% faster at batch 64, 2% slower at
+// batch 1 if used there; docs/PERF.md).
+template <int G, int ROWS>
+__global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kernel(const DecodeArgs a) {
+    constexpr int kRows = ROWS;
     constexpr int kGroups = kSplitThreads / G;    // groups per block
     constexpr int kWarpGroups = 32 / G;           // groups per warp
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -273,6 +278,16 @@ void decode_layout(int B, int NH, int span, int *split_len, int *splits) {
 // the scratch: a counter per head (rounded up to 256 bytes), then the partial records
 size_t counters_bytes(int B, int NH) { return (size_t)ceil_div((long)B * NH * sizeof(unsigned), 256) * 256; }
 
+template <int ROWS>
+void launch_groups(dim3 grid, int groups, const DecodeArgs &a) {
+    if (groups <= 1) launch_pdl(decode_kernel<1, ROWS>, grid, kSplitThreads, 0, a);
+    else if (groups <= 2) launch_pdl(decode_kernel<2, ROWS>, grid, kSplitThreads, 0, a);
+    else if (groups <= 4) launch_pdl(decode_kernel<4, ROWS>, grid, kSplitThreads, 0, a);
+    else if (groups <= 8) launch_pdl(decode_kernel<8, ROWS>, grid, kSplitThreads, 0, a);
+    else if (groups <= 16) launch_pdl(decode_kernel<16, ROWS>, grid, kSplitThreads, 0, a);
+    else launch_pdl(decode_kernel<32, ROWS>, grid, kSplitThreads, 0, a);
+}
+
 // a's q, caches, new row and length filled in by the caller; the layout, scratch and launch here
 void decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
     const int HS = a.HS, NH = a.NH;
@@ -287,12 +302,8 @@ void decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
     a.scale_log2 = kLog2e / sqrtf((float)HS);
     const dim3 grid(a.splits, NH, B);
     const int groups = HS / 8;   // lanes per row, rounded up to a power of two below
-    if (groups <= 1) launch_pdl(decode_kernel<1>, grid, kSplitThreads, 0, a);
-    else if (groups <= 2) launch_pdl(decode_kernel<2>, grid, kSplitThreads, 0, a);
-    else if (groups <= 4) launch_pdl(decode_kernel<4>, grid, kSplitThreads, 0, a);
-    else if (groups <= 8) launch_pdl(decode_kernel<8>, grid, kSplitThreads, 0, a);
-    else if (groups <= 16) launch_pdl(decode_kernel<16>, grid, kSplitThreads, 0, a);
-    else launch_pdl(decode_kernel<32>, grid, kSplitThreads, 0, a);
+    if (a.splits == 1) launch_groups<2>(grid, groups, a);
+    else launch_groups<4>(grid, groups, a);
     LAUNCH_CHECK();
 }
 
