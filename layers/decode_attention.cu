@@ -29,7 +29,7 @@
 // scratch (attention_decode_scratch_size), sized for the longest span, maxT.
 #include <math.h>
 
-#include "../attention/flash_tile.cuh"   // kLog2e and the other attention kernels' vocabulary
+#include "../attention/flash_tile.cuh"   // kLog2e, SoftmaxRow: the attention kernels' vocabulary
 #include "../runtime/cuda_common.cuh"
 #include "layers.h"
 
@@ -97,7 +97,9 @@ __global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs 
 #pragma unroll
         for (int i = 0; i < 8; i++) qv[i] *= a.scale_log2;
     }
+    // the group's row of the online softmax (scores already in the exp2 domain: scale 1)
     float running_max = -INFINITY, running_sum = 0.0f;
+    SoftmaxRow row{running_max, running_sum};
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 
     // The loop is block-uniform (the shuffles need every lane); rows past `end` weigh nothing.
@@ -137,15 +139,13 @@ __global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs 
             if (valid[r]) round_max = fmaxf(round_max, score[r]);
         }
         if (round_max == -INFINITY) continue;   // this group has no row in this round
-        const float new_max = fmaxf(running_max, round_max);
-        const float correction = exp2f(running_max - new_max);   // 0 at the first row
-        running_max = new_max;
+        const float correction = row.update(fmaxf(running_max, round_max));   // 0 at the first row
         running_sum *= correction;
 #pragma unroll
         for (int i = 0; i < 8; i++) acc[i] *= correction;
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
-            const float p = valid[r] ? exp2f(score[r] - new_max) : 0.0f;
+            const float p = valid[r] ? exp2f(score[r] - running_max) : 0.0f;
             const bf16 *v = reinterpret_cast<const bf16 *>(&v_cur[r]);
             running_sum += p;
 #pragma unroll
