@@ -167,8 +167,9 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
             for (int p = 0; p < S::PANELS; p++)
                 tma_load_4d(sQ + p * BR * kRowBytes, &q_map, &q_full, p * kPanelCols, h, q0, b);
             for (int j = 0; j < kv_tiles; j++) {
-                const int st = j % STAGES;
-                mbar_wait(&kv_empty[st], ((j / STAGES) & 1) ^ 1);   // round 0 passes at once
+                const RingSlot<STAGES> slot(j);
+                const int st = slot.stage;
+                mbar_wait(&kv_empty[st], slot.parity ^ 1);   // round 0 passes at once
                 mbar_arrive_expect_tx(&kv_full[st], 2 * S::KV_BYTES);
                 const uint32_t k_dst = sK + st * S::KV_BYTES, v_dst = sV + st * S::KV_BYTES;
                 for (int p = 0; p < S::PANELS; p++) {
@@ -229,8 +230,9 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         to_bf16();
 
         for (int j = 1; j < kv_tiles; j++) {
-            const int st = j % STAGES, prev = (j - 1) % STAGES;
-            mbar_wait(&kv_full[st], (j / STAGES) & 1);
+            const RingSlot<STAGES> slot(j);
+            const int st = slot.stage, prev = RingSlot<STAGES>(j - 1).stage;
+            mbar_wait(&kv_full[st], slot.parity);
             my_turn();
             wgmma_fence();
             gemm_abt<HS, kBC, BR, kBC>(s, q, sK + st * S::KV_BYTES);
@@ -251,7 +253,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         }
         my_turn();
         wgmma_fence();
-        gemm_rab<HS, kBC, kBC>(o, p, sV + ((kv_tiles - 1) % STAGES) * S::KV_BYTES);
+        gemm_rab<HS, kBC, kBC>(o, p, sV + RingSlot<STAGES>(kv_tiles - 1).stage * S::KV_BYTES);
         wgmma_commit();
         if (c != CONSUMERS - 1) your_turn();
         wgmma_wait<0>();
