@@ -231,6 +231,12 @@ __global__ void __launch_bounds__(kFwdThreads)
     flash_forward_kernel(bf16 *__restrict__ out, float *__restrict__ logsumexp,
                          const bf16 *__restrict__ qkv, int T, int NH, int BNH, int q_tiles,
                          float scale_log2) {
+    // Stages, per warp (shapes in the comment above):
+    //   Q -> registers, once
+    //   per key/value tile j (tile j+1 loading meanwhile; tiles after all the warp's rows skipped):
+    //     S = Q K^T -> causal_mask (diagonal tiles) -> online softmax (SoftmaxRow: update,
+    //     exponentiate; rescale O) -> O += P V (P from registers)
+    //   store_o: O / l, logsumexp
     constexpr int MT = WARP_ROWS / 16;   // 16-row mma tiles per warp
     constexpr int BR = kFwdWarps * WARP_ROWS;
     constexpr int BC = kFwdBC;
@@ -471,6 +477,12 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
                           const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
                           const float *__restrict__ logsumexp, const float *__restrict__ Dg,
                           int T, int Tpad, int NH, int BNH, float scale, float scale_log2) {
+    // Stages, per warp (shapes in the comment above):
+    //   K, V of the block (at HS=64 into registers); dK = dV = 0
+    //   per query tile i from the block's diagonal on (tile i+1 loading meanwhile):
+    //     S^T = K Q^T, dP^T = V dO^T -> P^T (0 where causal, diagonal tiles), dS^T = P^T (dP^T - D)
+    //     -> dV += P^T dO, dK += dS^T Q; dS^T -> shared -> dQ_i = dS K, added into the fp32 sums
+    //   dK * scale, dV -> dqkv
     constexpr int THREADS = KV_WARPS * 32;
     constexpr int BC = 16 * KV_WARPS;   // key/value rows of the block
     constexpr int KS = HS / 16;         // k-steps over the head dim (S^T, dP^T)

@@ -130,6 +130,11 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
                               const __grid_constant__ CUtensorMap kv_map, bf16 *__restrict__ out,
                               float *__restrict__ logsumexp, int T, int NH, int BNH, int q_tiles,
                               float scale_log2) {
+    // Stages (the tile picture at the top of the file):
+    //   producer: Q once; K, V tile j into ring stage RingSlot(j), once its consumers released it
+    //   consumer c (query rows 64c..): S_j = Q K_j^T -> causal_mask (diagonal tiles) ->
+    //     online_softmax -> P_j (bf16), while O += P_{j-1} V_{j-1} runs; rescale O; release j-1
+    //   store_o: O / l, logsumexp
     using S = Shape<HS, CONSUMERS_>;
     constexpr int STAGES = S::STAGES, BR = S::BR, CONSUMERS = S::CONSUMERS;
     extern __shared__ unsigned char smem_raw[];
@@ -377,6 +382,12 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                                const float *__restrict__ Dg, uint32_t *__restrict__ dq_flags,
                                uint32_t *__restrict__ next_item, int T, int Tpad, int NH, int BNH,
                                float scale, float scale_log2) {
+    // Stages (the tile picture and the per-step list in the comment above):
+    //   producer (thread 0): per item K, V once, then Q, dO, lse, D of each query tile (the ring)
+    //   dQ writer (thread 32): each step's two dQ parts, TMA reduce-added into the fp32 sums
+    //   consumer c (key rows 64c..), per query tile: S^T, dP^T -> P^T (causal on the diagonal),
+    //     dS^T -> dV += P^T dO, dK += dS^T Q; dS^T -> shared -> dQ part = dS K -> staging
+    //   per item: dK * scale, dV -> dqkv
     using S = BwdShape<HS>;
     constexpr int BC = S::BC, BR = S::BR, STAGES = S::STAGES;
     extern __shared__ unsigned char smem_raw[];

@@ -55,6 +55,10 @@ struct DecodeArgs {
 // G lanes per cache row, 8 channels each; kRows rows per group per round
 template <int G>
 __global__ void __launch_bounds__(kSplitThreads) decode_kernel(const DecodeArgs a) {
+    // Stages (the comment at the top of the file): the first round of cache rows (before
+    // pdl_wait); q; per round (the next loading): scores, SoftmaxRow::update, acc += p v; the
+    // groups merged in shared memory; one split: out; several: the split's record, and the last
+    // split of the head to finish combines the records into out
     constexpr int kGroups = kSplitThreads / G;    // groups per block
     constexpr int kWarpGroups = 32 / G;           // groups per warp
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
