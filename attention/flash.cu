@@ -231,6 +231,12 @@ __global__ void __launch_bounds__(kFwdThreads)
     flash_forward_kernel(bf16 *__restrict__ out, float *__restrict__ logsumexp,
                          const bf16 *__restrict__ qkv, int T, int NH, int BNH, int q_tiles,
                          float scale_log2) {
+    // Stages, per warp (shapes in the comment above):
+    //   Q -> registers, once
+    //   per key/value tile j (tile j+1 loading meanwhile; tiles after all the warp's rows skipped):
+    //     S = Q K^T -> causal_mask (diagonal tiles) -> online softmax (SoftmaxRow: update,
+    //     exponentiate; rescale O) -> O += P V (P from registers)
+    //   store_o: O / l, logsumexp
     constexpr int MT = WARP_ROWS / 16;   // 16-row mma tiles per warp
     constexpr int BR = kFwdWarps * WARP_ROWS;
     constexpr int BC = kFwdBC;
@@ -275,7 +281,7 @@ __global__ void __launch_bounds__(kFwdThreads)
             ldsm_x4(qf[ks][mt], a_addr<HS>(sQ, la, warp * WARP_ROWS + mt * 16, 2 * ks));
 
     float o[MT][NO][4];
-    float m_run[MT][2], l_run[MT][2];   // per owned row (g, g+8): running max (raw), sum
+    float m_run[MT][2], l_run[MT][2];   // per owned row (g, g+8): see SoftmaxRow
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -322,47 +328,22 @@ __global__ void __launch_bounds__(kFwdThreads)
         // causal mask, only where the tile crosses the diagonal of this warp's rows
         if (k0 + BC - 1 > warp_q0) {
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int n = 0; n < NS; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int row = warp_q0 + mt * 16 + g + (e >> 1) * 8;
-                        const int col = k0 + n * 8 + 2 * t4 + (e & 1);
-                        if (col > row) s[mt][n][e] = -INFINITY;
-                    }
+            for (int mt = 0; mt < MT; mt++) causal_mask(s[mt], warp_q0 + mt * 16 + g, k0 + 2 * t4);
         }
 
-        // online softmax. Tile 0 holds key 0, visible to every row, so each running max is
-        // finite from the first tile on and (m_run - m_new) is never (-inf) - (-inf).
+        // online softmax: S -> P in place, O rescaled
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
-                float mx = m_run[mt][hf];
+                SoftmaxRow row{m_run[mt][hf], l_run[mt][hf]};
+                float mx = row.m;
 #pragma unroll
                 for (int n = 0; n < NS; n++)
                     mx = fmaxf(mx, fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float alpha = exp2f((m_run[mt][hf] - mx) * scale_log2);
-                const float mx_scaled = mx * scale_log2;
-                m_run[mt][hf] = mx;
-                float rowsum = 0.0f;
-#pragma unroll
-                for (int n = 0; n < NS; n++)
-#pragma unroll
-                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                        const float p = exp2f(fmaf(s[mt][n][e], scale_log2, -mx_scaled));
-                        s[mt][n][e] = p;
-                        rowsum += p;
-                    }
-                l_run[mt][hf] = l_run[mt][hf] * alpha + rowsum;
-#pragma unroll
-                for (int n = 0; n < NO; n++) {
-                    o[mt][n][2 * hf] *= alpha;
-                    o[mt][n][2 * hf + 1] *= alpha;
-                }
+                const float alpha = row.update(quad_max(mx), scale_log2);
+                row.exponentiate(s[mt], hf, alpha, scale_log2);
+                rescale(o[mt], hf, alpha);
             }
 
         // O += P V
@@ -380,25 +361,11 @@ __global__ void __launch_bounds__(kFwdThreads)
         }
     }
 
-    // O /= l, logsumexp; rows past T are computed on zeros and never stored
+    // O /= l, logsumexp
+    const FwdOut dst{out, logsumexp, b, h, bh, NH, HS, T};
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float l = l_run[mt][hf];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const int row = warp_q0 + mt * 16 + g + hf * 8;
-            if (row >= T) continue;
-            if (t4 == 0)
-                logsumexp[(size_t)bh * T + row] = (m_run[mt][hf] * scale_log2 + log2f(l)) * kLn2;
-            const float inv = 1.0f / l;
-            bf16 *dst = out + ((size_t)(b * T + row) * NH + h) * HS + 2 * t4;
-#pragma unroll
-            for (int n = 0; n < NO; n++)
-                *reinterpret_cast<uint32_t *>(dst + n * 8) =
-                    pack_bf16(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
-        }
+        store_o(dst, o[mt], m_run[mt], l_run[mt], warp_q0 + mt * 16 + g, t4, scale_log2);
 }
 
 // ================================================================================================
@@ -510,6 +477,12 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
                           const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
                           const float *__restrict__ logsumexp, const float *__restrict__ Dg,
                           int T, int Tpad, int NH, int BNH, float scale, float scale_log2) {
+    // Stages, per warp (shapes in the comment above):
+    //   K, V of the block (at HS=64 into registers); dK = dV = 0
+    //   per query tile i from the block's diagonal on (tile i+1 loading meanwhile):
+    //     S^T = K Q^T, dP^T = V dO^T -> P^T (0 where causal, diagonal tiles), dS^T = P^T (dP^T - D)
+    //     -> dV += P^T dO, dK += dS^T Q; dS^T -> shared -> dQ_i = dS K, added into the fp32 sums
+    //   dK * scale, dV -> dqkv
     constexpr int THREADS = KV_WARPS * 32;
     constexpr int BC = 16 * KV_WARPS;   // key/value rows of the block
     constexpr int KS = HS / 16;         // k-steps over the head dim (S^T, dP^T)

@@ -38,7 +38,7 @@
 //
 // ---- wgmma fragments (m64nNk16, one warpgroup = warps 0-3 of the consumer) ---------------------
 // Accumulator D (64 x N fp32): warp w holds rows 16w..16w+15, thread lane = 4g + t holds
-//   d[i] at row 16w + g + 8*((i/2)%2), column 8*(i/4) + 2t + i%2     (frag_row, frag_col)
+//   d[i] at row 16w + g + 8*((i/2)%2), column 8*(i/4) + 2t + i%2     (Frag::row, Frag::col)
 // A from registers (64 x 16 bf16, 4 x 32 bits): the mma.sync m16k16 A fragment of the warp's 16
 // rows, so the accumulator of S, packed two by two, is already P's A operand:
 //   A regs of k-step kk = { pack(d[8kk], d[8kk+1]), pack(d[8kk+2], d[8kk+3]),
@@ -102,32 +102,20 @@ struct Shape {
 };
 
 // ---- online softmax over one tile ---------------------------------------------------------------
-// The thread's two rows (hf = 0, 1: rows g and g+8 of its warp) each have a running max m (raw
-// logits) and a running partial sum l over the thread's columns (summed over the 4 threads of a
-// row only at the end). s holds the tile's logits and leaves holding exp2((s - m_new) * scale
-// * log2 e); alpha[hf] = exp2((m_old - m_new) * scale*log2e) is what O and l are rescaled by.
-// A finite m_new needs one visible key per row: tile 0 holds key 0, visible to every row.
+// The thread's two rows (m[half], l[half]: rows g and g+8 of its warp, see SoftmaxRow) take the
+// tile's logits s, which leave as P (fp32); alpha[half] is what the row of O is to be rescaled by
+// (once the tile before's P V, still running, is done: see the kernel).
 __device__ __forceinline__ void online_softmax(float (&s)[kBC / 2], float (&m)[2], float (&l)[2],
                                                float (&alpha)[2], float scale_log2) {
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        float mx = m[hf];
+    for (int half = 0; half < 2; half++) {
+        SoftmaxRow row{m[half], l[half]};
+        float mx = row.m;
 #pragma unroll
         for (int i = 0; i < kBC / 2; i++)
-            if (frag_row(i) == 8 * hf) mx = fmaxf(mx, s[i]);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        alpha[hf] = exp2f((m[hf] - mx) * scale_log2);
-        m[hf] = mx;
-        const float mx_scaled = mx * scale_log2;
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kBC / 2; i++)
-            if (frag_row(i) == 8 * hf) {
-                s[i] = exp2f(fmaf(s[i], scale_log2, -mx_scaled));
-                sum += s[i];
-            }
-        l[hf] = l[hf] * alpha[hf] + sum;
+            if (Frag::row(i) == 8 * half) mx = fmaxf(mx, s[i]);
+        alpha[half] = row.update(quad_max(mx), scale_log2);
+        row.exponentiate(s, half, alpha[half], scale_log2);
     }
 }
 
@@ -142,6 +130,11 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
                               const __grid_constant__ CUtensorMap kv_map, bf16 *__restrict__ out,
                               float *__restrict__ logsumexp, int T, int NH, int BNH, int q_tiles,
                               float scale_log2) {
+    // Stages (the tile picture at the top of the file):
+    //   producer: Q once; K, V tile j into ring stage RingSlot(j), once its consumers released it
+    //   consumer c (query rows 64c..): S_j = Q K_j^T -> causal_mask (diagonal tiles) ->
+    //     online_softmax -> P_j (bf16), while O += P_{j-1} V_{j-1} runs; rescale O; release j-1
+    //   store_o: O / l, logsumexp
     using S = Shape<HS, CONSUMERS_>;
     constexpr int STAGES = S::STAGES, BR = S::BR, CONSUMERS = S::CONSUMERS;
     extern __shared__ unsigned char smem_raw[];
@@ -179,8 +172,9 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
             for (int p = 0; p < S::PANELS; p++)
                 tma_load_4d(sQ + p * BR * kRowBytes, &q_map, &q_full, p * kPanelCols, h, q0, b);
             for (int j = 0; j < kv_tiles; j++) {
-                const int st = j % STAGES;
-                mbar_wait(&kv_empty[st], ((j / STAGES) & 1) ^ 1);   // round 0 passes at once
+                const RingSlot<STAGES> slot(j);
+                const int st = slot.stage;
+                mbar_wait(&kv_empty[st], slot.parity ^ 1);   // round 0 passes at once
                 mbar_arrive_expect_tx(&kv_full[st], 2 * S::KV_BYTES);
                 const uint32_t k_dst = sK + st * S::KV_BYTES, v_dst = sV + st * S::KV_BYTES;
                 for (int p = 0; p < S::PANELS; p++) {
@@ -204,7 +198,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 
         float s[kBC / 2], o[HS / 2];
         uint32_t p[kBC / 4];
-        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];   // rows row0, row0 + 8
 #pragma unroll
         for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
 
@@ -212,11 +206,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         // the diagonal of this warpgroup's rows
         auto softmax_tile = [&](int j) {
             const int k0 = j * kBC;
-            if (k0 + kBC - 1 > wg_row0) {
-#pragma unroll
-                for (int i = 0; i < kBC / 2; i++)
-                    if (k0 + col0 + frag_col(i) > row0 + frag_row(i)) s[i] = -INFINITY;
-            }
+            if (k0 + kBC - 1 > wg_row0) causal_mask(s, row0, k0 + col0);
             online_softmax(s, m, l, alpha, scale_log2);
         };
         auto to_bf16 = [&]() { pack_a(p, s); };
@@ -245,8 +235,9 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         to_bf16();
 
         for (int j = 1; j < kv_tiles; j++) {
-            const int st = j % STAGES, prev = (j - 1) % STAGES;
-            mbar_wait(&kv_full[st], (j / STAGES) & 1);
+            const RingSlot<STAGES> slot(j);
+            const int st = slot.stage, prev = RingSlot<STAGES>(j - 1).stage;
+            mbar_wait(&kv_full[st], slot.parity);
             my_turn();
             wgmma_fence();
             gemm_abt<HS, kBC, BR, kBC>(s, q, sK + st * S::KV_BYTES);
@@ -261,36 +252,21 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
             fence_regs(o);
             fence_regs(p);
             mbar_arrive(&kv_empty[prev]);
-#pragma unroll
-            for (int i = 0; i < HS / 2; i++) o[i] *= alpha[frag_row(i) / 8];
+            rescale(o, 0, alpha[0]);
+            rescale(o, 1, alpha[1]);
             to_bf16();
         }
         my_turn();
         wgmma_fence();
-        gemm_rab<HS, kBC, kBC>(o, p, sV + ((kv_tiles - 1) % STAGES) * S::KV_BYTES);
+        gemm_rab<HS, kBC, kBC>(o, p, sV + RingSlot<STAGES>(kv_tiles - 1).stage * S::KV_BYTES);
         wgmma_commit();
         if (c != CONSUMERS - 1) your_turn();
         wgmma_wait<0>();
         fence_regs(o);
         // (the last stage needs no release: nothing more is loaded)
 
-        // O /= l, logsumexp; rows past T were computed on zero-filled Q and are not stored
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float sum = l[hf];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const int row = row0 + 8 * hf;
-            if (row >= T) continue;
-            if (lane % 4 == 0)
-                logsumexp[(size_t)bh * T + row] = (m[hf] * scale_log2 + log2f(sum)) * kLn2;
-            const float inv = 1.0f / sum;
-            bf16 *dst = out + ((size_t)(b * T + row) * NH + h) * HS + col0;
-#pragma unroll
-            for (int i = 0; i < HS / 2; i += 4)
-                *reinterpret_cast<uint32_t *>(dst + frag_col(i)) =
-                    pack_bf16(o[i + 2 * hf] * inv, o[i + 2 * hf + 1] * inv);
-        }
+        // O /= l, logsumexp
+        store_o(FwdOut{out, logsumexp, b, h, bh, NH, HS, T}, o, m, l, row0, lane % 4, scale_log2);
     }
 }
 
@@ -406,6 +382,12 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                                const float *__restrict__ Dg, uint32_t *__restrict__ dq_flags,
                                uint32_t *__restrict__ next_item, int T, int Tpad, int NH, int BNH,
                                float scale, float scale_log2) {
+    // Stages (the tile picture and the per-step list in the comment above):
+    //   producer (thread 0): per item K, V once, then Q, dO, lse, D of each query tile (the ring)
+    //   dQ writer (thread 32): each step's two dQ parts, TMA reduce-added into the fp32 sums
+    //   consumer c (key rows 64c..), per query tile: S^T, dP^T -> P^T (causal on the diagonal),
+    //     dS^T -> dV += P^T dO, dK += dS^T Q; dS^T -> shared -> dQ part = dS K -> staging
+    //   per item: dK * scale, dV -> dqkv
     using S = BwdShape<HS>;
     constexpr int BC = S::BC, BR = S::BR, STAGES = S::STAGES;
     extern __shared__ unsigned char smem_raw[];
@@ -617,7 +599,8 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     for (int e = 0; e < 4; e++) {
                         const int i = 4 * j + e;
                         float p = exp2f(fmaf(s[i], scale_log2, -((e & 1) ? l.y : l.x)));
-                        if (diagonal && key0 + frag_row(i) > q0 + 2 * t + frag_col(i)) p = 0.0f;
+                        if (diagonal && causal_hidden(q0 + 2 * t + Frag::col(i), key0 + Frag::row(i)))
+                            p = 0.0f;
                         s[i] = p;
                     }
                 }
@@ -677,7 +660,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
 #pragma unroll
                 for (int i = 0; i < 32; i += 2) {
-                    const int row = 16 * warp + g + frag_row(i), col = 2 * t + frag_col(i);
+                    const int row = 16 * warp + g + Frag::row(i), col = 2 * t + Frag::col(i);
                     *reinterpret_cast<float2 *>(staging + (col / 32) * S::DQ_BOX_BYTES +
                                                 swizzle_128b(row, (col % 32) * 4)) =
                         make_float2(dq[i], dq[i + 1]);
@@ -697,9 +680,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 bf16 *dv_g = dk_g + C;
 #pragma unroll
                 for (int i = 2 * hf; i < HS / 2; i += 4) {
-                    *reinterpret_cast<uint32_t *>(dk_g + frag_col(i)) =
+                    *reinterpret_cast<uint32_t *>(dk_g + Frag::col(i)) =
                         pack_bf16(dk[i] * scale, dk[i + 1] * scale);
-                    *reinterpret_cast<uint32_t *>(dv_g + frag_col(i)) = pack_bf16(dv[i], dv[i + 1]);
+                    *reinterpret_cast<uint32_t *>(dv_g + Frag::col(i)) = pack_bf16(dv[i], dv[i + 1]);
                 }
             }
         }

@@ -1,17 +1,25 @@
-// flash_tile.cuh: the tile vocabulary of the attention kernels, each PTX instruction wrapped once
-// in a named function with a one-line comment. Read it once; the kernels (flash.cu, the Hopper
-// forward and backward in flash_sm90.cu, layers/decode_attention.cu) name these and not the PTX.
+// flash_tile.cuh: the tile vocabulary of the attention kernels: each PTX instruction wrapped once
+// in a named function with a one-line comment, and the stages the kernels share (accumulator
+// fragments, the causal mask, the online softmax, the forwards' epilogue) written once. Read it
+// once; the kernels (flash.cu, the Hopper forward and backward in flash_sm90.cu,
+// layers/decode_attention.cu) name these and not the PTX.
 //
 //   constants and packing       kLog2e, kLn2, pack_bf16, smem_addr
 //   cp.async, mma.sync          16-byte async copies to shared memory; the m16n8k16 bf16
 //                               product and its fragments' lanes
+//   accumulator fragments       Frag: the row and column of accumulator register i, of mma.sync
+//                               and wgmma alike; frag_reg; quad_max, quad_sum over a row's lanes
+//   the causal mask             causal_hidden, causal_mask
+//   online softmax              SoftmaxRow (m, l): update -> alpha, exponentiate, finish; rescale
+//   the forwards' epilogue      FwdOut, store_o: O / l and the logsumexp, rows past T skipped
 //   mbarrier                    init, arrive, arrive with expected bytes, wait on a phase parity
+//   ring stages                 RingSlot: the stage and the phase parity of a step
 //   TMA (bulk tensor copy)      global -> shared tile loads; shared -> global tile reduce-add;
 //                               1-D bulk loads; the bulk group commit and waits
 //   proxies                     fence.proxy.async: ordinary shared stores before TMA/wgmma reads
 //   warpgroups                  setmaxnreg, named barriers
 //   wgmma                       descriptors of 128-byte swizzled shared tiles, the products
-//   accumulator fragments       frag_row, frag_col: where accumulator register i lives
+//   accumulators as A operands  pack_a
 //
 // Everything below "Hopper" exists only on sm_90a (wgmma, setmaxnreg) or sm_90 (TMA, mbarrier
 // transactions); those functions are compiled only where a kernel calls them.
@@ -59,6 +67,133 @@ __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---- accumulator fragments (fp32) -------------------------------------------------------------
+// mma.sync m16n8 and wgmma m64nN leave their results in one layout: per warp 16 rows, and per
+// 8-column block n four registers 4n + e (e < 4) of lane 4g + t (g = lane / 4, t = lane % 4):
+//   register i at row g + Frag::row(i), column 2t + Frag::col(i)
+// flash.cu keeps a 16 x 8N accumulator as N mma.sync C fragments, float[N][4]; flash_sm90.cu as
+// one wgmma accumulator, float[4N], whose warp w holds rows 16w..16w+15 of the warpgroup's 64.
+// frag_reg(d, i) is register i of either; Frag::regs<D> counts them.
+struct Frag {
+    static __device__ __forceinline__ int row(int i) { return 8 * ((i >> 1) & 1); }
+    static __device__ __forceinline__ int col(int i) { return 8 * (i >> 2) + (i & 1); }
+    template <typename D>
+    static constexpr int regs = sizeof(D) / sizeof(float);
+};
+template <int N>
+__device__ __forceinline__ float &frag_reg(float (&d)[N], int i) { return d[i]; }
+template <int N>
+__device__ __forceinline__ float frag_reg(const float (&d)[N], int i) { return d[i]; }
+template <int N>
+__device__ __forceinline__ float &frag_reg(float (&d)[N][4], int i) { return d[i / 4][i % 4]; }
+template <int N>
+__device__ __forceinline__ float frag_reg(const float (&d)[N][4], int i) { return d[i / 4][i % 4]; }
+// the max / the sum over the 4 lanes of a quad, the threads that share an accumulator row
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// ---- the causal mask ---------------------------------------------------------------------------
+// A key is hidden from every query before it.
+__device__ __forceinline__ bool causal_hidden(int query, int key) { return key > query; }
+// S (queries x keys) of a tile that crosses the diagonal: -inf where the key is hidden. row0,
+// col0: the query and the key of the thread's register 0 (row g, column 2t).
+template <typename D>
+__device__ __forceinline__ void causal_mask(D &s, int row0, int col0) {
+#pragma unroll
+    for (int i = 0; i < Frag::regs<D>; i++)
+        if (causal_hidden(row0 + Frag::row(i), col0 + Frag::col(i))) frag_reg(s, i) = -INFINITY;
+}
+
+// ---- online softmax (FlashAttention-2's, in the exp2 domain) ------------------------------------
+// One query row's running state, in each thread that holds part of the row: m, the running max
+// of the raw logits (the same in every thread of the row), starting at -inf; l, the running sum
+// of exp2((x - m) * scale_log2) over this thread's columns (over the whole row only in finish),
+// starting at 0. SoftmaxRow is a view of the two where the kernel keeps them: the kernels keep
+// an array of m and one of l (a struct per row interleaves them, and ptxas then allocates the
+// sm_80 forward's registers differently). Per tile:
+//   update        m = m_new, the max of m and the tile's logits of the row (the kernel folds
+//                 them, in the order it was tuned with, and quad_max-es); returns alpha =
+//                 exp2((m_old - m_new) * scale_log2), what l and the row of O are rescaled by
+//   exponentiate  the row's logits x in an accumulator -> P = exp2(x * scale_log2 - m *
+//                 scale_log2), in place; l = l * alpha + their sum
+//   rescale       the row's registers of O *= alpha
+// and at the end finish: l summed over the row's quad; then 1 / l and the logsumexp, (m *
+// scale_log2 + log2 l) * ln 2 (store_o). A finite m needs one visible key per row in the first
+// tile: key 0, visible to every row, is in tile 0.
+struct SoftmaxRow {
+    float &m, &l;
+
+    __device__ __forceinline__ float update(float m_new, float scale_log2 = 1.0f) {
+        const float alpha = exp2f((m - m_new) * scale_log2);
+        m = m_new;
+        return alpha;
+    }
+    // the registers of accumulator row g + 8 * half
+    template <typename D>
+    __device__ __forceinline__ void exponentiate(D &s, int half, float alpha, float scale_log2) {
+        const float m_scaled = m * scale_log2;
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < Frag::regs<D>; i++)
+            if (Frag::row(i) == 8 * half) {
+                frag_reg(s, i) = exp2f(fmaf(frag_reg(s, i), scale_log2, -m_scaled));
+                sum += frag_reg(s, i);
+            }
+        l = l * alpha + sum;
+    }
+    // The end, in every lane of the row's quad: l over the whole row; then 1 / l, what O is
+    // multiplied by, and the logsumexp (computed where used: rows past T skip them)
+    struct End {
+        float m, l;
+        __device__ __forceinline__ float inv_l() const { return 1.0f / l; }
+        __device__ __forceinline__ float lse(float scale_log2) const {
+            return (m * scale_log2 + log2f(l)) * kLn2;
+        }
+    };
+    __device__ __forceinline__ End finish() const { return {m, quad_sum(l)}; }
+};
+template <typename D>
+__device__ __forceinline__ void rescale(D &o, int half, float alpha) {
+#pragma unroll
+    for (int i = 0; i < Frag::regs<D>; i++)
+        if (Frag::row(i) == 8 * half) frag_reg(o, i) *= alpha;
+}
+
+// ---- the forwards' epilogue ---------------------------------------------------------------------
+// Where a forward writes head (b, h): O's rows in out (B, T, NH, HS), the logsumexp in (B, NH, T)
+// (bh = b * NH + h).
+struct FwdOut {
+    bf16 *out;
+    float *logsumexp;
+    int b, h, bh, NH, HS, T;
+};
+// O / l and the logsumexp of the thread's rows of a 16-row accumulator o: m[half], l[half] of
+// row row0 + 8 * half (row0: row g), t = lane % 4. Rows past T (computed on zero-filled Q) are not
+// stored; the others' O / l goes out as bf16 pairs, the logsumexp from each row's thread t = 0.
+template <typename D>
+__device__ __forceinline__ void store_o(const FwdOut &dst, const D &o, float (&m)[2], float (&l)[2],
+                                        int row0, int t, float scale_log2) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const SoftmaxRow::End end = SoftmaxRow{m[half], l[half]}.finish();
+        const int row = row0 + 8 * half;
+        if (row >= dst.T) continue;
+        if (t == 0) dst.logsumexp[(size_t)dst.bh * dst.T + row] = end.lse(scale_log2);
+        const float inv = end.inv_l();
+        bf16 *out = dst.out + ((size_t)(dst.b * dst.T + row) * dst.NH + dst.h) * dst.HS + 2 * t;
+#pragma unroll
+        for (int i = 2 * half; i < Frag::regs<D>; i += 4)
+            *reinterpret_cast<uint32_t *>(out + Frag::col(i)) =
+                pack_bf16(frag_reg(o, i) * inv, frag_reg(o, i + 1) * inv);
+    }
 }
 
 // ================================================================================================
@@ -331,13 +466,9 @@ __device__ __forceinline__ void gemm_rab(float (&d)[HS / 2], const uint32_t (&a)
     }
 }
 
-// ---- accumulator fragments (m64nN, fp32) ---------------------------------------------------------
-// Warp w of the warpgroup holds rows 16w..16w+15; thread lane = 4g + t holds register i at
-//   row 16w + g + frag_row(i), column 2t + frag_col(i)
-// Packed two by two, an accumulator is the A operand (from registers) of the next product:
-// pack_a turns N/2 floats into N/4 bf16 pairs, 4 per k-step of 16 columns.
-__device__ __forceinline__ int frag_row(int i) { return 8 * ((i >> 1) & 1); }
-__device__ __forceinline__ int frag_col(int i) { return 8 * (i >> 2) + (i & 1); }
+// ---- accumulators as A operands -----------------------------------------------------------------
+// Packed two by two, an accumulator (m64nN, see Frag) is the A operand (from registers) of the
+// next product: pack_a turns N/2 floats into N/4 bf16 pairs, 4 per k-step of 16 columns.
 template <int N>
 __device__ __forceinline__ void pack_a(uint32_t (&a)[N / 2], const float (&d)[N]) {
 #pragma unroll

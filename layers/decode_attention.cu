@@ -29,7 +29,7 @@
 // scratch (attention_decode_scratch_size), sized for the longest span, maxT.
 #include <math.h>
 
-#include "../attention/flash_tile.cuh"   // kLog2e and the other attention kernels' vocabulary
+#include "../attention/flash_tile.cuh"   // kLog2e, SoftmaxRow: the attention kernels' vocabulary
 #include "../runtime/cuda_common.cuh"
 #include "layers.h"
 
@@ -59,6 +59,11 @@ struct DecodeArgs {
 // batch 1 if used there; docs/PERF.md).
 template <int G, int ROWS>
 __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kernel(const DecodeArgs a) {
+    // Stages (the comment at the top of the file): the first round of cache rows (before
+    // pdl_wait); q; per round (the next loading): scores, SoftmaxRow::update, acc += p v; the
+    // groups merged by warp shuffles, then the warps' in shared memory; one split: out;
+    // several: the split's record, and the last split of the head to finish combines the
+    // records into out
     constexpr int kRows = ROWS;
     constexpr int kGroups = kSplitThreads / G;    // groups per block
     constexpr int kWarpGroups = 32 / G;           // groups per warp
@@ -102,7 +107,9 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
 #pragma unroll
         for (int i = 0; i < 8; i++) qv[i] *= a.scale_log2;
     }
+    // the group's row of the online softmax (scores already in the exp2 domain: scale 1)
     float running_max = -INFINITY, running_sum = 0.0f;
+    SoftmaxRow row{running_max, running_sum};
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 
     // The loop is block-uniform (the shuffles need every lane); rows past `end` weigh nothing.
@@ -142,15 +149,13 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
             if (valid[r]) round_max = fmaxf(round_max, score[r]);
         }
         if (round_max == -INFINITY) continue;   // this group has no row in this round
-        const float new_max = fmaxf(running_max, round_max);
-        const float correction = exp2f(running_max - new_max);   // 0 at the first row
-        running_max = new_max;
+        const float correction = row.update(fmaxf(running_max, round_max));   // 0 at the first row
         running_sum *= correction;
 #pragma unroll
         for (int i = 0; i < 8; i++) acc[i] *= correction;
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
-            const float p = valid[r] ? exp2f(score[r] - new_max) : 0.0f;
+            const float p = valid[r] ? exp2f(score[r] - running_max) : 0.0f;
             const bf16 *v = reinterpret_cast<const bf16 *>(&v_cur[r]);
             running_sum += p;
 #pragma unroll
@@ -232,6 +237,7 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
     constexpr int kChunk = 8;
     for (int e = threadIdx.x; e < HS; e += kSplitThreads) {
         float M = -INFINITY, L = 0.0f, sum = 0.0f;
+        SoftmaxRow merged{M, L};
         for (int i0 = 0; i0 < used; i0 += kChunk) {
             float m_i[kChunk], l_i[kChunk], acc_i[kChunk];
 #pragma unroll
@@ -245,7 +251,7 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
             float m_new = M;
 #pragma unroll
             for (int j = 0; j < kChunk; j++) m_new = fmaxf(m_new, m_i[j]);
-            const float correction = exp2f(M - m_new);   // 0 at the first chunk
+            const float correction = merged.update(m_new);   // 0 at the first chunk
             L *= correction;
             sum *= correction;
 #pragma unroll
@@ -254,7 +260,6 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
                 L += l_i[j] * w_j;
                 sum += acc_i[j] * w_j;
             }
-            M = m_new;
         }
         out[e] = __float2bfloat16_rn(sum / L);
     }
