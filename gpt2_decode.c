@@ -137,9 +137,9 @@ static void decode_layers(void *arg) {
         // attention block: x += attproj(attention(qkv(ln1(x))))
         layernorm_matmul_forward(d->qkv, scratch, d->x, w.ln1w, w.ln1b, w.qkvw, w.qkvb, B, C,
                                  3 * C, 0);
-        attention_decode_step(d->atty, d->att_scratch, d->qkv, d->k + l * layer_stride,
-                              d->v + l * layer_stride, pos, B, d->maxT, d->NH, d->HS);
-        matmul_residual_forward(d->x, scratch, d->atty, w.attprojw, w.attprojb, B, C, C);
+        attention_matmul_residual_step(d->x, d->atty, d->att_scratch, scratch, d->qkv,
+                                       d->k + l * layer_stride, d->v + l * layer_stride, pos,
+                                       w.attprojw, w.attprojb, B, d->maxT, d->NH, d->HS);
         // MLP block: x += fcproj(gelu(fc(ln2(x))))
         layernorm_matmul_forward(d->fch_gelu, scratch, d->x, w.ln2w, w.ln2b, w.fcw, w.fcb, B, C,
                                  4 * C, 1);

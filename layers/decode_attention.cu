@@ -8,9 +8,12 @@
 // partial result is (m = max score, l = sum 2^(score - m), acc = sum 2^(score - m) v_s). The
 // last block of a head to finish (a counter per head in the scratch elects it) combines them:
 // M = max m_i, L = sum l_i 2^(m_i - M), out = sum acc_i 2^(m_i - M) / L, over the splits that
-// hold positions; a length that fits in one split is written by its block directly. One
-// kernel, not a split kernel and a combine kernel: at batch 1 every kernel boundary costs more
-// than the combine's work.
+// hold positions (combine_splits, decode_attention.cuh); a length that fits in one split is
+// written by its block directly. One kernel, not a split kernel and a combine kernel: at batch
+// 1 every kernel boundary costs more than the combine's work. In the decode step at batch 1
+// even that combine goes: attention_decode_step_records leaves every split's record, and the
+// output projection's GEMV combines them as it reads its input (fused.cu,
+// attention_matmul_residual_step), so no block waits for a count or a second round trip.
 // Inside a block, a group of G = HS/8 (rounded up to a power of two) lanes handles a cache row,
 // each lane 8 channels through one 16-byte load of k and one of v, ROWS rows per round with
 // all their loads in flight together; each group keeps its own (m, l, acc), merged at the end
@@ -31,6 +34,7 @@
 
 #include "../attention/flash_tile.cuh"   // kLog2e, SoftmaxRow: the attention kernels' vocabulary
 #include "../runtime/cuda_common.cuh"
+#include "decode_attention.cuh"
 #include "layers.h"
 
 namespace {
@@ -41,7 +45,7 @@ constexpr int kBlocksPerSM = 4;      // blocks wanted per SM when B*NH alone is 
 
 struct DecodeArgs {
     bf16 *out;                        // (B, NH, HS)
-    float *partial;                   // (B, NH, splits, HS + 2): acc (HS), m, l of each split
+    float *partial;                   // (B, NH, splits, record_floats(HS)): decode_attention.cuh
     unsigned *counters;               // (B, NH): splits done, reset to 0 by the combining block
     const bf16 *q;                    // row b at q + b * q_stride
     bf16 *kcache, *vcache;            // (B, maxT, NH, HS)
@@ -49,6 +53,7 @@ struct DecodeArgs {
     const int *pos_dev;               // the step's position (len = pos + 1), or null: len_host
     int len_host, q_stride, maxT, NH, HS, split_len, splits;
     float scale_log2;
+    bool records_only;                // every split leaves its record, nobody combines them
 };
 
 // G lanes per cache row, 8 channels each; ROWS cache rows per group per round, loaded at once.
@@ -206,20 +211,21 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
     };
     const size_t bh = (size_t)b * a.NH + h;
     bf16 *out = a.out + bh * HS;
-    const int used = (len + a.split_len - 1) / a.split_len;   // splits that hold positions
-    if (used == 1) {   // the whole length in this block: no partial record, no combine
+    const int used = used_splits(len, a.split_len);   // splits that hold positions
+    if (used == 1 && !a.records_only) {   // the whole length in this block: out, no combine
         const float inv_l = 1.0f / block_sum;
         for (int e = threadIdx.x; e < HS; e += kSplitThreads)
             out[e] = __float2bfloat16_rn(block_acc(e) * inv_l);
         return;
     }
-    float *records = a.partial + bh * a.splits * (HS + 2);
-    float *record = records + split * (HS + 2);
+    const float *records = a.partial + bh * a.splits * record_floats(HS);
+    float *record = a.partial + (bh * a.splits + split) * record_floats(HS);
     for (int e = threadIdx.x; e < HS; e += kSplitThreads) record[e] = block_acc(e);
     if (threadIdx.x == 0) {
         record[HS] = block_max;
         record[HS + 1] = block_sum;
     }
+    if (a.records_only) return;   // the next kernel combines them (after its pdl_wait)
 
     // The last of the head's used splits to get here combines (runtime/cuda_common.cuh's
     // last-block pattern), reading the others' records through L2 (they were written on other
@@ -231,37 +237,10 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
     }
     __syncthreads();
     if (!combines) return;
-    // (M, L, out) merged over the records 8 at a time, as the online softmax merges rows: all
-    // of a chunk's loads in flight together, one L2 round trip per 8 splits. The records' m
-    // are finite (a used split holds a position), so M is finite after the first chunk.
-    constexpr int kChunk = 8;
     for (int e = threadIdx.x; e < HS; e += kSplitThreads) {
-        float M = -INFINITY, L = 0.0f, sum = 0.0f;
-        SoftmaxRow merged{M, L};
-        for (int i0 = 0; i0 < used; i0 += kChunk) {
-            float m_i[kChunk], l_i[kChunk], acc_i[kChunk];
-#pragma unroll
-            for (int j = 0; j < kChunk; j++) {
-                const float *r = records + (i0 + j) * (HS + 2);
-                const bool in = i0 + j < used;
-                m_i[j] = in ? __ldcg(r + HS) : -INFINITY;
-                l_i[j] = in ? __ldcg(r + HS + 1) : 0.0f;
-                acc_i[j] = in ? __ldcg(r + e) : 0.0f;
-            }
-            float m_new = M;
-#pragma unroll
-            for (int j = 0; j < kChunk; j++) m_new = fmaxf(m_new, m_i[j]);
-            const float correction = merged.update(m_new);   // 0 at the first chunk
-            L *= correction;
-            sum *= correction;
-#pragma unroll
-            for (int j = 0; j < kChunk; j++) {
-                const float w_j = exp2f(m_i[j] - m_new);   // 0 past `used`
-                L += l_i[j] * w_j;
-                sum += acc_i[j] * w_j;
-            }
-        }
-        out[e] = __float2bfloat16_rn(sum / L);
+        float o[1];
+        combine_splits<1>(o, records, used, HS, e);
+        out[e] = __float2bfloat16_rn(o[0]);
     }
 }
 
@@ -294,7 +273,7 @@ void launch_groups(dim3 grid, int groups, const DecodeArgs &a) {
 }
 
 // a's q, caches, new row and length filled in by the caller; the layout, scratch and launch here
-void decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
+DecodeArgs decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
     const int HS = a.HS, NH = a.NH;
     if (HS % 8 != 0 || HS > 256 || !is_aligned16(a.q) || !is_aligned16(a.kcache) ||
         !is_aligned16(a.vcache) || a.q_stride % 8 != 0)
@@ -310,6 +289,7 @@ void decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
     if (a.splits == 1) launch_groups<2>(grid, groups, a);
     else launch_groups<4>(grid, groups, a);
     LAUNCH_CHECK();
+    return a;
 }
 
 // kcache, vcache rows (b, pos + t) = k, v of qkv row (b, t); one thread per VEC channels
@@ -339,7 +319,7 @@ __global__ void kv_cache_store_kernel(bf16 *__restrict__ kcache, bf16 *__restric
 // counters, then splits <= max_splits(maxT) records per head for every span <= maxT
 size_t attention_decode_scratch_size(int B, int maxT, int NH, int HS) {
     ensure_backend();
-    return counters_bytes(B, NH) + (size_t)B * NH * max_splits(B, NH, maxT) * (HS + 2) * sizeof(float);
+    return counters_bytes(B, NH) + (size_t)B * NH * max_splits(B, NH, maxT) * record_floats(HS) * sizeof(float);
 }
 
 void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX *kcache,
@@ -357,8 +337,9 @@ void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX 
     decode(a, out, scratch, len, B);
 }
 
-void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
-                           floatX *vcache, const int *pos, int B, int maxT, int NH, int HS) {
+// the decode step's arguments: q and the new k, v from qkv, the position from pos
+static DecodeArgs step_args(const floatX *qkv, floatX *kcache, floatX *vcache, const int *pos,
+                            int maxT, int NH, int HS) {
     const int C = NH * HS;
     DecodeArgs a = {};
     a.q = CBF(qkv);
@@ -371,7 +352,21 @@ void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX
     a.maxT = maxT;
     a.NH = NH;
     a.HS = HS;
-    decode(a, out, scratch, maxT, B);
+    return a;
+}
+
+void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
+                           floatX *vcache, const int *pos, int B, int maxT, int NH, int HS) {
+    decode(step_args(qkv, kcache, vcache, pos, maxT, NH, HS), out, scratch, maxT, B);
+}
+
+DecodeRecords attention_decode_step_records(void *scratch, const floatX *qkv, floatX *kcache,
+                                            floatX *vcache, const int *pos, int B, int maxT,
+                                            int NH, int HS) {
+    DecodeArgs a = step_args(qkv, kcache, vcache, pos, maxT, NH, HS);
+    a.records_only = true;
+    a = decode(a, NULL, scratch, maxT, B);
+    return DecodeRecords{a.partial, pos, a.split_len, a.splits, NH, HS};
 }
 
 void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int *pos, int B,

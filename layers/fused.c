@@ -17,6 +17,15 @@ void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
     plain_matmul_residual(residual, plain_scratch(scratch, N, C), inp, weight, bias, N, C, OC);
 }
 
+void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
+                                    void *scratch, const floatX *qkv, floatX *kcache,
+                                    floatX *vcache, const int *pos, const floatX *weight,
+                                    const floatX *bias, int B, int maxT, int NH, int HS) {
+    const int C = NH * HS;
+    attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
+    plain_matmul_residual(residual, plain_scratch(scratch, B, C), att, weight, bias, B, C, C);
+}
+
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,
                      const floatX *lnw, const floatX *lnb, const floatX *wte, int N, int C, int V,
                      int Vp) {

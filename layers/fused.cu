@@ -26,6 +26,10 @@
 // the matmul output is rounded to bf16 before GELU and before the residual add, as the plain
 // layers round it; only the matmul's summation order differs from cuBLASLt's.
 //
+// The attention's output projection (attention_matmul_residual_step) stages its input from the
+// decode attention's split records (decode_attention.cuh), combining them on the way: the
+// attention then ends with its records, with no count across its blocks and no combine.
+//
 // The LM head (Vp = 50304 rows of wte) is the same kernel with a grid-stride loop over row
 // tiles; greedy decoding's argmax rides in its epilogue: each block keeps the best (value,
 // index) per input row, the last block to finish (a counter in the scratch elects it) reduces
@@ -34,6 +38,7 @@
 #include <string.h>
 
 #include "../runtime/cuda_common.cuh"
+#include "decode_attention.cuh"
 #include "fused_plain.h"
 #include "gelu.cuh"
 #include "layers.h"
@@ -46,10 +51,15 @@ constexpr int kMaxK = 32 * 8 * 12;         // 3072: the largest K of one pass (K
 constexpr int kLogitsBlocksPerSM = 2;      // the LM head's grid-stride loop: blocks per SM
 
 enum Epilogue { kBias, kBiasGelu, kBiasResidual, kLogits };
+// where the input rows come from: inp as it is, inp layer-normed, or the decode attention's
+// split records (combined while staged)
+enum Input { kInput, kLayernorm, kAttention };
 
 struct GemvArgs {
     bf16 *out;                 // (N, OC); for kBiasResidual the residual, added to in place
-    const bf16 *inp;           // (N, K)
+    const bf16 *inp;           // (N, K), or null: the attention's split records, below
+    DecodeRecords att;         // attention_matmul_residual_step: inp (N, K = NH * HS) combined
+                               // from the decode attention's records while staged
     const bf16 *lnw, *lnb;     // (K): the layernorm of inp, for the LN kernels
     const bf16 *weight;        // (OC, K)
     const bf16 *bias;          // (OC); null for kLogits
@@ -68,8 +78,8 @@ __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i)
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // NR: input rows rounded up to a power of two (N <= NR); KC: 16-byte chunks of a weight row
-// per lane; LN: layernorm the input rows first
-template <int NR, int KC, bool LN>
+// per lane; IN: the input rows' source (Input)
+template <int NR, int KC, int IN>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     constexpr int R = kLoadsPerLane / KC;   // weight rows per warp
     static_assert(R * NR <= 32, "one lane per output of a warp's tile");
@@ -99,6 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     load_tile(row0);
     // the layernorm's weights too at K <= 768 (GPT-2 124M); at KC = 12 they would not fit
     // beside the matrix's in registers, and are read where they are used
+    constexpr bool LN = IN == kLayernorm;
     constexpr bool kLnEarly = LN && KC <= 3;
     int4 lnw[KC], lnb[KC];
 #pragma unroll
@@ -110,12 +121,27 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
             lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
         }
     }
+    // the attention's splits that hold positions: the position was written before the kernel
+    // before this one started (as the attention reads it), so it loads with the weights
+    const int used = IN == kAttention ? used_splits(*a.att.pos + 1, a.att.split_len) : 0;
     pdl_launch_dependents();
     pdl_wait();
 
     // ---- the input rows into shared memory (through L2: the kernel before just wrote them)
-    for (int i = threadIdx.x; i < N * nchunks; i += kThreads)
-        xs[i] = __ldcg(reinterpret_cast<const int4 *>(a.inp) + i);
+    if constexpr (IN != kAttention) {
+        for (int i = threadIdx.x; i < N * nchunks; i += kThreads)
+            xs[i] = __ldcg(reinterpret_cast<const int4 *>(a.inp) + i);
+    } else {   // the attention's output, combined from its splits' records, rounded as it rounds
+        const DecodeRecords &r = a.att;
+        for (int i = threadIdx.x; i < N * nchunks; i += kThreads) {
+            const int n = i / nchunks, channel = (i % nchunks) * 8;
+            const int h = channel / r.HS;
+            float v[8];
+            combine_splits<8>(v, r.records + (size_t)(n * r.NH + h) * r.splits * record_floats(r.HS),
+                              used, r.HS, channel % r.HS);
+            store_bf16<8>(reinterpret_cast<bf16 *>(&xs[i]), v);
+        }
+    }
     __syncthreads();
     if (LN) {   // warp n normalises row n in place, as layernorm_forward_kernel computes it
         for (int n = warp; n < N; n += kWarps) {
@@ -316,28 +342,30 @@ bool gemv_fits(int N, int K, const void *inp, const void *weight) {
 }
 
 template <int NR, int KC>
-void launch_rows_chunks(const GemvArgs &a, bool ln, int blocks) {
+void launch_rows_chunks(const GemvArgs &a, int in, int blocks) {
     // dynamic shared memory up to 8 * 3072 * 2 = 48 KiB, which with the static arrays is past
     // the 48 KiB a kernel gets without asking: asked for once per kernel, on the first call
     // (a decode step's first call runs before its graph capture, runtime/graph.cu)
     constexpr int kMaxSmem = FUSED_MAX_ROWS * kMaxK * sizeof(bf16);
-    static bool asked[2] = {false, false};
-    void (*kernel)(GemvArgs) = ln ? gemv_kernel<NR, KC, true> : gemv_kernel<NR, KC, false>;
-    if (!asked[ln]) {
+    static bool asked[3] = {false, false, false};
+    void (*kernel)(GemvArgs) = in == kLayernorm  ? gemv_kernel<NR, KC, kLayernorm>
+                               : in == kAttention ? gemv_kernel<NR, KC, kAttention>
+                                                  : gemv_kernel<NR, KC, kInput>;
+    if (!asked[in]) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-        asked[ln] = true;
+        asked[in] = true;
     }
     launch_pdl(kernel, blocks, kThreads, (size_t)a.N * a.K * sizeof(bf16), a);
 }
 
 template <int NR>
-void launch_rows(const GemvArgs &a, bool ln, int max_blocks) {
+void launch_rows(const GemvArgs &a, int in, int max_blocks) {
     const int KC = a.K <= 32 * 8 * 3 ? 3 : 12;
     const int rows_per_block = kWarps * (kLoadsPerLane / KC);
     int blocks = ceil_div(a.OC, rows_per_block);
     if (blocks > max_blocks) blocks = max_blocks;
-    if (KC == 3) launch_rows_chunks<NR, 3>(a, ln, blocks);
-    else launch_rows_chunks<NR, 12>(a, ln, blocks);
+    if (KC == 3) launch_rows_chunks<NR, 3>(a, in, blocks);
+    else launch_rows_chunks<NR, 12>(a, in, blocks);
 }
 
 // the arguments of every call: its tensors (lnw, lnb NULL without a layernorm, bias NULL for
@@ -359,11 +387,11 @@ GemvArgs gemv_args(floatX *out, const floatX *inp, const floatX *lnw, const floa
 }
 
 void gemv(const GemvArgs &a, int max_blocks) {
-    const bool ln = a.lnw != nullptr;
-    if (a.N <= 1) launch_rows<1>(a, ln, max_blocks);
-    else if (a.N <= 2) launch_rows<2>(a, ln, max_blocks);
-    else if (a.N <= 4) launch_rows<4>(a, ln, max_blocks);
-    else launch_rows<8>(a, ln, max_blocks);
+    const int in = a.lnw ? kLayernorm : a.inp ? kInput : kAttention;
+    if (a.N <= 1) launch_rows<1>(a, in, max_blocks);
+    else if (a.N <= 2) launch_rows<2>(a, in, max_blocks);
+    else if (a.N <= 4) launch_rows<4>(a, in, max_blocks);
+    else launch_rows<8>(a, in, max_blocks);
     LAUNCH_CHECK();
 }
 
@@ -401,6 +429,24 @@ void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
         return;
     }
     gemv(gemv_args(residual, inp, NULL, NULL, weight, bias, N, C, OC, kBiasResidual), 1 << 30);
+}
+
+void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
+                                    void *scratch, const floatX *qkv, floatX *kcache,
+                                    floatX *vcache, const int *pos, const floatX *weight,
+                                    const floatX *bias, int B, int maxT, int NH, int HS) {
+    const int C = NH * HS;
+    // At one row only: each thread then stages one chunk of 8 channels, one combine. At 4 and 8
+    // rows it stages 3-6 chunks one after another, and the step measured 3-7% slower than with
+    // the attention combining its own splits (docs/PERF.md).
+    if (B != 1 || !gemv_fits(B, C, qkv, weight)) {
+        attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
+        plain_matmul_residual(residual, plain_part(scratch, B, C), att, weight, bias, B, C, C);
+        return;
+    }
+    GemvArgs a = gemv_args(residual, NULL, NULL, NULL, weight, bias, B, C, C, kBiasResidual);
+    a.att = attention_decode_step_records(att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
+    gemv(a, 1 << 30);
 }
 
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,

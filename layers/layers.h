@@ -159,6 +159,16 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
 // matmul_forward then residual_forward). inp (N, C), weight (OC, C), bias (OC)
 void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
                              const floatX *weight, const floatX *bias, int N, int C, int OC);
+// The decode step's attention and its output projection: att = attention_decode_step(qkv,
+// kcache, vcache, pos) as above, then residual (B, C) += att @ weight^T + bias as
+// matmul_residual_forward, C = NH * HS. On CUDA at B = 1 the attention's splits leave their
+// partial results in att_scratch and the projection's GEMV combines them as it reads its
+// input: att is not written, and the attention needs no combine of its own.
+// att_scratch: attention_decode_scratch_size bytes; scratch: fused_scratch_size(B, C, C).
+void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
+                                    void *scratch, const floatX *qkv, floatX *kcache,
+                                    floatX *vcache, const int *pos, const floatX *weight,
+                                    const floatX *bias, int B, int maxT, int NH, int HS);
 // The tied LM head and greedy decoding's choice: logits (N, Vp) = layernorm(inp) @ wte^T,
 // argmax (N) as logits_argmax gives it over the first V columns of the rounded logits.
 // inp (N, C), lnw, lnb (C), wte (Vp, C)

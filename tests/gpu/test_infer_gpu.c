@@ -5,10 +5,12 @@
 // against recomputing the whole sequence. Prints SKIP and passes where there is no GPU.
 //
 // Tolerances: attention_decode relative 1e-2 (its output is rounded to bf16, 2^-9 relative,
-// and the probabilities are fp32); cached against recomputed logits relative 1e-2 (the two
+// and the probabilities are fp32); cached against recomputed logits relative 2e-2 (the two
 // paths round differently: the prefill's flash attention feeds bf16 probabilities to tensor
 // cores, the decode step keeps fp32 softmax weights; the fused QKV matmul is two matmuls in
-// the decode step). Replaying the graph must give the same bits as launching kernel by kernel.
+// the decode step). Measured on an H200: 7.8e-3 to 8.7e-3 at B >= 3 and 8.9e-3 to 1.01e-2 at
+// B = 1 over the seeds of four runs, so 1e-2 failed at random; 2e-2 is hf_parity.sh's bound for
+// the same bf16 logits, and a wrong attention or cache gives errors of order 1. Replaying the graph must give the same bits as launching kernel by kernel.
 #include <stdint.h>
 #include <string.h>
 
@@ -61,6 +63,20 @@ static void test_attention_decode(unsigned long long *rng) {
         float *qkv = malloc((size_t)B * 3 * C * sizeof(float)), *kc2 = malloc(cache * sizeof(float));
         floatX *dqkv = dev_malloc((size_t)B * 3 * C * sizeof(floatX), "qkv");
         floatX *dk2 = dev_malloc(cache * sizeof(floatX), "k2"), *dv2 = dev_malloc(cache * sizeof(floatX), "v2");
+        // attention_matmul_residual_step's projection: weight (C, C), bias (C), residual (B, C)
+        float *hw = malloc((size_t)C * C * sizeof(float)), *got = malloc(B * C * sizeof(float));
+        float *want = malloc(B * C * sizeof(float));
+        test_fill(hw, (size_t)C * C, 0.05f, rng);
+        floatX *dw = upload_rounded(hw, (size_t)C * C);
+        test_fill(hw, C, 0.5f, rng);
+        floatX *dbias = upload_rounded(hw, C);
+        test_fill(hw, (size_t)B * C, 1.0f, rng);
+        floatX *dres = upload_rounded(hw, (size_t)B * C);
+        floatX *dpre = dev_malloc(B * C * sizeof(floatX), "pre"), *dgot = dev_malloc(B * C * sizeof(floatX), "got");
+        floatX *datt = dev_malloc(B * C * sizeof(floatX), "att");
+        size_t fused_bytes = fused_scratch_size(B, C, C);
+        void *dfused = dev_malloc(fused_bytes, "fused scratch");
+        dev_memset_zero(dfused, fused_bytes);
         int lens[] = {1, 15, 16, 17, 63, 64, 65, 333, 1000, 4097, maxT};
         for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]); j++) {
             int len = lens[j];
@@ -102,7 +118,21 @@ static void test_attention_decode(unsigned long long *rng) {
             floatX_download(kc2, dv2, cache);
             same &= memcmp(kc2, vc, cache * sizeof(float)) == 0;
             CHECK(same, "attention_decode_step writes the new k and v at position %d, nothing else", pos);
+            // attention_matmul_residual_step (at B = 1 the projection's GEMV combines the
+            // attention's split records) against attention_decode_step's output
+            // through the plain matmul and residual add; the cache row it writes is the same
+            matmul_forward(dpre, dout, dw, dbias, B, C, C);
+            residual_forward(dgot, dres, dpre, (size_t)B * C);
+            floatX_download(want, dgot, B * C);
+            dev_copy(dgot, dres, (size_t)B * C * sizeof(floatX));
+            attention_matmul_residual_step(dgot, datt, dscratch, dfused, dqkv, dk2, dv2, dlen, dw, dbias,
+                                           B, maxT, NH, HS);
+            floatX_download(got, dgot, B * C);
+            CHECK_CLOSE(got, want, (size_t)B * C, 1e-2, "attention_matmul_residual_step B=%d len=%d maxT=%d NH=%d HS=%d",
+                        B, len, maxT, NH, HS);
         }
+        dev_free(dw); dev_free(dbias); dev_free(dres); dev_free(dpre); dev_free(dgot); dev_free(datt);
+        dev_free(dfused); free(hw); free(got); free(want);
         dev_free(dq); dev_free(dk); dev_free(dv); dev_free(dout); dev_free(dlen); dev_free(dscratch);
         dev_free(dqkv); dev_free(dk2); dev_free(dv2);
         free(q); free(kc); free(vc); free(o); free(ref); free(cpu); free(qkv); free(kc2);
@@ -315,7 +345,7 @@ static void check_cached_decoding(GPT2 *m, int B, int T0, int steps, unsigned lo
         double e = rel_error(graphed + (size_t)i * B * V, want, (size_t)B * V);
         if (e > worst) worst = e;
     }
-    CHECK(worst <= 1e-2, "cached logits on the GPU equal the recomputed ones, B=%d, positions %d..%d "
+    CHECK(worst <= 2e-2, "cached logits on the GPU equal the recomputed ones, B=%d, positions %d..%d "
           "(worst rel error %.2e)", B, T0, T0 + steps - 2, worst);
     printf("cached vs recomputed logits, bf16, B=%d: worst relative error %.2e over %d steps\n", B, worst, steps);
     free(want); free(graphed); free(launched); free(seq); free(flat);
