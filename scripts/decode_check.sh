@@ -14,7 +14,8 @@
 #      launch gaps), so the sum is the kernels' own time, not the step's
 #   5. with $BUILD/bench/libkernel_timeline.so built (TIMELINE=0 skips it): the step as it runs,
 #      at batch 1 and 64 (CUPTI; scripts/timeline.py --cut encoder_forward): each kernel's
-#      share of the step's critical path, and the idle gaps
+#      share of the step's critical path, and the idle gaps; at batch 1 also each of a layer's
+#      five calls (timeline.py --period 5)
 # Everything also lands in $OUT_DIR (default $BUILD/decode_check).
 set -uo pipefail
 BUILD=${BUILD:-build/cuda-flash}
@@ -99,9 +100,11 @@ if [ "${TIMELINE:-1}" != 0 ] && [ -f "$TL" ] && command -v python3 > /dev/null; 
             KERNEL_TIMELINE_OUT="$OUT_DIR/timeline_b$b.csv" "$BUILD/bench/bench_infer" -c d12 \
             --ttft-prompt 200 --prompt 128 -n 256 -b "$b" -r 1 > "$OUT_DIR/timeline_b$b.txt" 2>&1 ||
             { echo "bench_infer under the timeline (b=$b) failed:"; tail -n 5 "$OUT_DIR/timeline_b$b.txt"; continue; }
+        # at batch 1 the fused step: five calls a layer, each with its own line (--period 5)
+        period=0; [ "$b" = 1 ] && period=5
         python3 scripts/timeline.py "$OUT_DIR/timeline_b$b.csv" --cut encoder_forward --skip 1 \
-            --last 100 --name "decode, batch $b" | tee "$OUT_DIR/timeline_b$b.md" |
-            sed -n '/kernel (a step)/,/^$/p' | cut -c1-150
+            --last 100 --period $period --name "decode, batch $b" | tee "$OUT_DIR/timeline_b$b.md" |
+            sed -n '/kernel (a step)/,/^$/p; /call of a layer/,/^$/p' | cut -c1-150
     done
 else
     echo "== 5. skipped (TIMELINE=0, no $TL, or no python3)"

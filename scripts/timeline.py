@@ -8,7 +8,10 @@
 #   as in llm.c) ends a step; the first --skip steps (default 2: start-up and warm-up) are left out.
 #   --cut REGEX: a step starts instead at each kernel whose name matches (a decode step: its
 #   embedding kernel), and the table of kernels by name is added; --last N: only the last N steps
-#   (a decode benchmark's last phase)
+#   (a decode benchmark's last phase); --period P (with --cut): the step's activities after the
+#   cut kernel are layers of P calls each (a decode step's five fused calls), and a table gives
+#   each call of a layer its mean over the layers and steps, the activities after the last
+#   whole layer one by one
 #
 # For each step: its wall time (from the end of the step before's last AdamW kernel to the end of
 # its own), the time some kernel ran, the time only copies or memsets ran, and the gaps where the
@@ -51,7 +54,9 @@ def account(acts, t0, t1):
     # how far its end moves the step's end (its end less the latest end before it): with
     # programmatic dependent launch kernels overlap, and this is what each one costs the step.
     names = {}
+    seq = []   # (name, running, critical path) of each activity, in order
     for s, e, kind, name in inside:
+        seq.append((name, e - s, max(0, e - max(busy_end, s))))
         k = names.setdefault(short(name), [0, 0, 0])
         k[0] += 1
         k[1] += e - s
@@ -66,13 +71,33 @@ def account(acts, t0, t1):
         if e > busy_end:
             busy_end, before = e, name
     return {"wall": t1 - t0, "kernel": kernel, "copy": copy, "gap": sum(g[0] for g in gaps),
-            "gaps": gaps, "n": len(inside), "groups": groups, "names": names}
+            "gaps": gaps, "n": len(inside), "groups": groups, "names": names, "seq": seq}
 
 
 def short(name, n=60):
     m = re.search(r"(flash_\w+?_kernel|\w+_kernel\w*|nvjet\w*|\w*gemm\w*|cutlass\w*)", name)
     name = m.group(1) if m else name
     return name if len(name) <= n else name[:n] + "..."
+
+
+def layer_calls(accs, period):
+    """the activities after the cut kernel as layers of `period` calls: per call of a layer, its
+    mean running time and critical path over layers and steps; then the rest one by one"""
+    n = min(len(x["seq"]) for x in accs)
+    layers = (n - 1) // period
+    print("| call of a layer (%d layers) | us running | us on the critical path |" % layers)
+    print("|---|--:|--:|")
+    for k in range(period):
+        idx = [1 + l * period + k for l in range(layers)]
+        run = sum(x["seq"][i][1] for x in accs for i in idx) / len(accs) / layers / 1e3
+        crit = sum(x["seq"][i][2] for x in accs for i in idx) / len(accs) / layers / 1e3
+        print("| %d: %s | %.2f | %.2f |" % (k + 1, short(accs[0]["seq"][idx[0]][0]), run, crit))
+    for i in [0] + list(range(1 + layers * period, n)):
+        run = sum(x["seq"][i][1] for x in accs) / len(accs) / 1e3
+        crit = sum(x["seq"][i][2] for x in accs) / len(accs) / 1e3
+        print("| %s: %s | %.2f | %.2f |" % ("cut" if i == 0 else "after", short(accs[0]["seq"][i][0]),
+                                           run, crit))
+    print()
 
 
 def main():
@@ -82,6 +107,7 @@ def main():
     p.add_argument("--skip", type=int, default=2)
     p.add_argument("--cut", default="")
     p.add_argument("--last", type=int, default=0)
+    p.add_argument("--period", type=int, default=0)
     a = p.parse_args()
     acts = read(a.csv)
     windows = steps(acts, a.cut)
@@ -125,6 +151,8 @@ def main():
             print("| %s | %.1f | %.1f | %.1f |" % (k, v[0] / len(accs), v[1] / len(accs) / 1e3,
                                                  v[2] / len(accs) / 1e3))
         print()
+    if a.cut and a.period > 0:
+        layer_calls(accs, a.period)
     last = accs[-1]
     print("Largest gaps of the last step (us: the activity before -> the one after):")
     print()

@@ -71,6 +71,14 @@ check "timeline --cut: wall time" has "$tmp/dec.md" "| wall time of a step | 0.0
 check "timeline --cut: per kernel, running and critical path" has "$tmp/dec.md" \
     "| _Z11gemv_kernelPf | 3.0 | 15.0 | 11.0 |"
 check "timeline --cut: the embedding's share" has "$tmp/dec.md" "| _Z14encoder_kernelPf | 1.0 | 1.0 | 1.0 |"
+# --period 2: a layer of two gemvs (one whole layer), the third gemv after it
+python3 scripts/timeline.py "$tmp/dec.csv" --cut encoder --skip 1 --last 3 --period 2 > "$tmp/per.md" 2> "$tmp/dec.err"
+check "timeline --period runs" test $? -eq 0
+# the first gemv ends 5 us after the embedding, each next one 3 us after the one before
+check "timeline --period: a layer's first call" has "$tmp/per.md" "| 1: _Z11gemv_kernelPf | 5.00 | 5.00 |"
+check "timeline --period: a layer's second call" has "$tmp/per.md" "| 2: _Z11gemv_kernelPf | 5.00 | 3.00 |"
+check "timeline --period: the cut kernel" has "$tmp/per.md" "| cut: _Z14encoder_kernelPf | 1.00 | 1.00 |"
+check "timeline --period: after the layers" has "$tmp/per.md" "| after: _Z11gemv_kernelPf | 5.00 | 3.00 |"
 python3 scripts/timeline.py "$tmp/dec.csv" --cut nosuchkernel > /dev/null 2> "$tmp/dec.err"
 check "timeline --cut: no such kernel is an error" test $? -ne 0
 check "timeline --cut: says why" has "$tmp/dec.err" "kernels named like 'nosuchkernel'"
