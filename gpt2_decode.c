@@ -172,18 +172,18 @@ void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
 }
 
 // Greedy decoding with the tokens kept on the device: this step's tokens are the argmax of the
-// step (or prefill) before, copied on the device, and its position is the host's count. Nothing
-// here waits for the device, so the host can queue the next step before it has read this
-// one's tokens (dev_download_async), and the GPU never idles for a round trip.
+// step (or prefill) before, read by the embedding where the LM head left them (no copy into
+// inputs: the layers read only the position there), and its position is the host's count.
+// Nothing here waits for the device, so the host can queue the next step before it has read
+// this one's tokens (dev_download_async), and the GPU never idles for a round trip.
 void gpt2_decode_step_greedy(GPT2 *model, KVCache *cache) {
     int B = cache->B, C = model->config.channels, pos = cache->len;
     if (pos < 1 || pos >= cache->maxT)
         die("greedy decode step at position %d: needs a prefill first and a position < %d (the "
             "cache's size)", pos, cache->maxT);
-    dev_copy(cache->inputs, cache->argmax, (size_t)B * sizeof(int));
     int position_and_length[2] = {pos, pos + 1};
     dev_upload_async(cache->inputs + B, position_and_length, sizeof(position_and_length));
-    encoder_forward(cache->x, cache->inputs, model->params.wte,
+    encoder_forward(cache->x, cache->argmax, model->params.wte,
                     model->params.wpe + (size_t)pos * C, B, 1, C);
     DecodeArgs args = {model, cache};
     device_graph_run(&cache->graph, decode_layers, &args);
