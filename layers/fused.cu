@@ -18,8 +18,9 @@
 // columns in 16-byte chunks (chunk c = j * 32 + lane, j < KC), so a warp reads each row with
 // fully coalesced 512-byte loads. The N input rows are staged in shared memory as bf16 (N, K),
 // layer-normed there when the call has a layernorm; every weight chunk is used for all N rows.
-// fp32 accumulation, a warp shuffle reduction per (row, input row), then one lane per output
-// writes it: lane = r * NR + n. R * KC = 12 keeps the weight registers at 48 whatever K:
+// fp32 accumulation, then the warp's R * NR sums reduced together (warp_reduce_scatter: R * NR
+// - 1 + 5 - log2(R * NR) shuffles, where one reduction per sum took 5 R * NR, a chain of 20 at
+// batch 1), and one lane per output writes it. R * KC = 12 keeps the weight registers at 48:
 // KC = 3 (K <= 768), R = 4; KC = 12 (K <= 3072), R = 1. Larger K goes the plain way.
 //
 // Numerics: the layernorm is layernorm.cu's computation in the same order (the same bits);
@@ -76,6 +77,31 @@ __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i)
 }
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// The sums over the warp's 32 lanes of a lane's V values (V a power of two, at most 32), by a
+// butterfly that gives half of its values away at each of its first log2(V) steps: at offset
+// 16 the lanes with bit 16 keep the upper half (plus their partner's copy of it) and send the
+// lower half, and so on down; the last 5 - log2(V) steps sum a single value. Afterwards lane l
+// holds the warp's sum of value l / (32 / V). V - 1 + 5 - log2(V) shuffles in all.
+template <int V>
+__device__ __forceinline__ float warp_reduce_scatter(float (&v)[V], int lane) {
+    static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0, "a power of two up to 32");
+#pragma unroll
+    for (int step = 0; step < 5; step++) {
+        const int offset = 16 >> step, half = V >> (step + 1);
+        if (half >= 1) {
+            const bool upper = lane & offset;
+#pragma unroll
+            for (int i = 0; i < half; i++) {
+                const float send = upper ? v[i] : v[i + half];
+                v[i] = (upper ? v[i + half] : v[i]) + __shfl_xor_sync(0xffffffffu, send, offset);
+            }
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], offset);
+        }
+    }
+    return v[0];
+}
 
 // NR: input rows rounded up to a power of two (N <= NR); KC: 16-byte chunks of a weight row
 // per lane; IN: the input rows' source (Input)
@@ -189,9 +215,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
         __syncthreads();
     }
 
-    // ---- the tiles: this lane's output is (row0 + r, n) with lane = r * NR + n
-    const int my_r = lane / NR, my_n = lane % NR;
-    const bool writes = my_r < R && my_n < N;
+    // ---- the tiles: after warp_reduce_scatter lane l holds output (row0 + r, n) with
+    // r * NR + n = l / kLanes, the same in its kLanes lanes; the first of them writes it
+    constexpr int kLanes = 32 / (R * NR);
+    const int my_r = lane / kLanes / NR, my_n = lane / kLanes % NR;
+    const bool writes = lane % kLanes == 0 && my_n < N;
     float best_v = -FLT_MAX;   // kLogits: this lane's best over its outputs
     int best_i = 0x7fffffff;
     for (; row0 < OC; row0 += tile_stride) {   // warp-uniform
@@ -233,14 +261,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
         }();
         if (row0 + tile_stride < OC) load_tile(row0 + tile_stride);
 
-        float v = 0.0f;
+        float sums[R * NR];
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int n = 0; n < NR; n++) {
-                const float sum = warp_allreduce_sum(acc[r][n]);
-                if (r == my_r && n == my_n) v = sum;
-            }
+            for (int n = 0; n < NR; n++) sums[r * NR + n] = acc[r][n];
+        const float v = warp_reduce_scatter<R * NR>(sums, lane);
         if (!writes || my_row >= OC) continue;
         bf16 *out = a.out + (size_t)my_n * OC + my_row;
         switch (a.epilogue) {
@@ -259,10 +285,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     }
     if (a.epilogue != kLogits) return;
 
-    // ---- argmax: the warp's best per input row (lanes n, n + NR, ... hold row n), then the
-    // block's, then, in the last block to finish, the grid's
+    // ---- argmax: the warp's best per input row (the writing lanes of row n are (n + k NR)
+    // kLanes, 32 / R apart: after these steps lane n kLanes holds it), then the block's, then,
+    // in the last block to finish, the grid's
 #pragma unroll
-    for (int offset = 16; offset >= NR; offset >>= 1) {
+    for (int offset = 16; offset >= 32 / R; offset >>= 1) {
         const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
         const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
         if (better(v, i, best_v, best_i)) { best_v = v; best_i = i; }
@@ -270,7 +297,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     __shared__ float warp_v[kWarps][NR];
     __shared__ int warp_i[kWarps][NR];
     __shared__ bool last;
-    if (lane < NR) { warp_v[warp][lane] = best_v; warp_i[warp][lane] = best_i; }
+    if (lane % kLanes == 0 && lane / kLanes < NR) {
+        warp_v[warp][lane / kLanes] = best_v;
+        warp_i[warp][lane / kLanes] = best_i;
+    }
     __syncthreads();
     if (threadIdx.x < N) {
         const int n = threadIdx.x;
