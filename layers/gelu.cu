@@ -15,8 +15,11 @@ static __device__ __forceinline__ float gelu_derivative(float x) {
 
 // Each thread handles VEC consecutive elements; the thread whose vector would run past n
 // handles the remaining (fewer than VEC) elements one by one.
+// (launched with PDL, as layernorm_forward_kernel is)
 template <int VEC>
 __global__ void gelu_forward_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ inp, size_t n) {
+    pdl_launch_dependents();
+    pdl_wait();
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (i + VEC <= n) {
         float x[VEC], y[VEC];
@@ -38,8 +41,9 @@ __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *__restrict__ inp, c
 
 void gelu_forward(floatX *out, const floatX *inp, size_t n) {
     if (n == 0) return;
-    launch_elementwise<8>(gelu_forward_kernel<8>, gelu_forward_kernel<1>,
-                          is_aligned16(out) && is_aligned16(inp), n, BF(out), CBF(inp), n);
+    const bool vec8 = is_aligned16(out) && is_aligned16(inp);
+    launch_pdl(vec8 ? gelu_forward_kernel<8> : gelu_forward_kernel<1>,
+               ceil_div(ceil_div(n, vec8 ? 8 : 1), 256), 256, 0, BF(out), CBF(inp), n);
     LAUNCH_CHECK();
 }
 

@@ -35,6 +35,10 @@ __global__ void layernorm_forward_kernel(bf16 *residual, bf16 *__restrict__ out,
                                          const bf16 *a, const bf16 *__restrict__ add,
                                          const bf16 *__restrict__ weight,
                                          const bf16 *__restrict__ bias, int N, int C) {
+    // launched with PDL (launch_pdl): in the decode step's plain layers a chain of small
+    // kernels, where this one's launch then overlaps the end of the GEMM before it
+    pdl_launch_dependents();
+    pdl_wait();
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
@@ -102,12 +106,9 @@ static void layernorm_forward_launch(floatX *residual, floatX *out, float *mean,
     const bool vec8 = C % 8 == 0 && is_aligned16(out) && is_aligned16(a) && is_aligned16(weight) &&
                       is_aligned16(bias) && (!add || (is_aligned16(add) && is_aligned16(residual)));
     const int blocks = ceil_div(N, rows_per_block);
-    if (vec8)
-        layernorm_forward_kernel<8><<<blocks, threads, 0, cuda_stream>>>(
-            BF(residual), BF(out), mean, rstd, CBF(a), CBF(add), CBF(weight), CBF(bias), N, C);
-    else
-        layernorm_forward_kernel<1><<<blocks, threads, 0, cuda_stream>>>(
-            BF(residual), BF(out), mean, rstd, CBF(a), CBF(add), CBF(weight), CBF(bias), N, C);
+    launch_pdl(vec8 ? layernorm_forward_kernel<8> : layernorm_forward_kernel<1>, blocks, threads,
+               0, BF(residual), BF(out), mean, rstd, CBF(a), CBF(add), CBF(weight), CBF(bias), N,
+               C);
     LAUNCH_CHECK();
 }
 
