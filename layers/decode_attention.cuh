@@ -2,7 +2,7 @@
 // their combination, shared with the kernel that may combine them instead of the attention:
 // the output projection's GEMV (fused.cu, attention_matmul_residual_step), which then reads
 // the records while it stages its input, so the attention's blocks need no count across them
-// and no combine of their own (docs/PERF.md, issue 20: 6% of a batch-1 step).
+// and no combine of their own (at batch 1: 3% of a step, docs/PERF.md "fifth session").
 //
 // A record per split: acc (HS floats, sum of 2^(score - m) v over the split's positions), then
 // m (the split's largest score, exp2 domain) and l (sum of 2^(score - m)), padded to HS + 4

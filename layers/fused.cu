@@ -27,9 +27,10 @@
 // the matmul output is rounded to bf16 before GELU and before the residual add, as the plain
 // layers round it; only the matmul's summation order differs from cuBLASLt's.
 //
-// The attention's output projection (attention_matmul_residual_step) stages its input from the
-// decode attention's split records (decode_attention.cuh), combining them on the way: the
-// attention then ends with its records, with no count across its blocks and no combine.
+// The attention's output projection (attention_matmul_residual_step) at one row stages its
+// input from the decode attention's split records (decode_attention.cuh), combining them on
+// the way: the attention then ends with its records, with no count across its blocks and no
+// combine.
 //
 // The LM head (Vp = 50304 rows of wte) is the same kernel with a grid-stride loop over row
 // tiles; greedy decoding's argmax rides in its epilogue: each block keeps the best (value,
