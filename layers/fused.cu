@@ -77,6 +77,26 @@ __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i)
     return v > best_v || (v == best_v && i < best_i);
 }
 
+// best over the lanes `offset` apart for every offset from 16 down to `lowest` (a power of two)
+__device__ __forceinline__ void warp_best(float &best_v, int &best_i, int lowest) {
+#pragma unroll
+    for (int offset = 16; offset >= lowest; offset >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
+        const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+        if (better(v, i, best_v, best_i)) { best_v = v; best_i = i; }
+    }
+}
+
+// best over the block's warps of input row n, from their bests in shared memory
+template <int NR>
+__device__ __forceinline__ void block_best(float &best_v, int &best_i, const float (*warp_v)[NR],
+                                           const int (*warp_i)[NR], int n) {
+    best_v = warp_v[0][n];
+    best_i = warp_i[0][n];
+    for (int k = 1; k < kWarps; k++)
+        if (better(warp_v[k][n], warp_i[k][n], best_v, best_i)) { best_v = warp_v[k][n]; best_i = warp_i[k][n]; }
+}
+
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // The sums over the warp's 32 lanes of a lane's V values (V a power of two, at most 32), by a
@@ -173,27 +193,22 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     if (LN) {   // warp n normalises row n in place, as layernorm_forward_kernel computes it
         for (int n = warp; n < N; n += kWarps) {
             int4 *x = xs + n * nchunks;
+            auto each_value = [&](auto f) {   // this lane's values of the row, in order
+#pragma unroll
+                for (int j = 0; j < KC; j++) {
+                    const int c = j * 32 + lane;
+                    if (c >= nchunks) break;
+                    float xv[8];
+                    unpack_bf16<8>(xv, x[c]);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) f(xv[k]);
+                }
+            };
             float sum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < KC; j++) {
-                const int c = j * 32 + lane;
-                if (c >= nchunks) break;
-                float xv[8];
-                unpack_bf16<8>(xv, x[c]);
-#pragma unroll
-                for (int k = 0; k < 8; k++) sum += xv[k];
-            }
+            each_value([&](float v) { sum += v; });
             const float m = warp_allreduce_sum(sum) / K;
             float sumsq = 0.0f;
-#pragma unroll
-            for (int j = 0; j < KC; j++) {
-                const int c = j * 32 + lane;
-                if (c >= nchunks) break;
-                float xv[8];
-                unpack_bf16<8>(xv, x[c]);
-#pragma unroll
-                for (int k = 0; k < 8; k++) sumsq += (xv[k] - m) * (xv[k] - m);
-            }
+            each_value([&](float v) { sumsq += (v - m) * (v - m); });
             const float s = rsqrtf(warp_allreduce_sum(sumsq) / K + LAYERNORM_EPS);
 #pragma unroll
             for (int j = 0; j < KC; j++) {
@@ -289,12 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     // ---- argmax: the warp's best per input row (the writing lanes of row n are (n + k NR)
     // kLanes, 32 / R apart: after these steps lane n kLanes holds it), then the block's, then,
     // in the last block to finish, the grid's
-#pragma unroll
-    for (int offset = 16; offset >= 32 / R; offset >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
-        const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
-        if (better(v, i, best_v, best_i)) { best_v = v; best_i = i; }
-    }
+    warp_best(best_v, best_i, 32 / R);
     __shared__ float warp_v[kWarps][NR];
     __shared__ int warp_i[kWarps][NR];
     __shared__ bool last;
@@ -305,10 +315,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     __syncthreads();
     if (threadIdx.x < N) {
         const int n = threadIdx.x;
-        float bv = warp_v[0][n];
-        int bi = warp_i[0][n];
-        for (int k = 1; k < kWarps; k++)
-            if (better(warp_v[k][n], warp_i[k][n], bv, bi)) { bv = warp_v[k][n]; bi = warp_i[k][n]; }
+        float bv;
+        int bi;
+        block_best<NR>(bv, bi, warp_v, warp_i, n);
         a.best_v[blockIdx.x * N + n] = bv;
         a.best_i[blockIdx.x * N + n] = bi;
     }
@@ -339,21 +348,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
 #pragma unroll
     for (int n = 0; n < NR; n++) {
         if (n >= N) break;
-#pragma unroll
-        for (int offset = 16; offset >= 1; offset >>= 1) {
-            const float v = __shfl_xor_sync(0xffffffffu, bv[n], offset);
-            const int i = __shfl_xor_sync(0xffffffffu, bi[n], offset);
-            if (better(v, i, bv[n], bi[n])) { bv[n] = v; bi[n] = i; }
-        }
+        warp_best(bv[n], bi[n], 1);
         if (lane == 0) { warp_v[warp][n] = bv[n]; warp_i[warp][n] = bi[n]; }
     }
     __syncthreads();
     if (threadIdx.x >= N) return;
     const int n = threadIdx.x;
-    float best = warp_v[0][n];
-    int index = warp_i[0][n];
-    for (int k = 1; k < kWarps; k++)
-        if (better(warp_v[k][n], warp_i[k][n], best, index)) { best = warp_v[k][n]; index = warp_i[k][n]; }
+    float best;
+    int index;
+    block_best<NR>(best, index, warp_v, warp_i, n);
     a.argmax[n] = index < a.V ? index : 0;   // rows of NaNs: index 0, as logits_argmax
 }
 

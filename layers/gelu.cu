@@ -41,9 +41,8 @@ __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *__restrict__ inp, c
 
 void gelu_forward(floatX *out, const floatX *inp, size_t n) {
     if (n == 0) return;
-    const bool vec8 = is_aligned16(out) && is_aligned16(inp);
-    launch_pdl(vec8 ? gelu_forward_kernel<8> : gelu_forward_kernel<1>,
-               ceil_div(ceil_div(n, vec8 ? 8 : 1), 256), 256, 0, BF(out), CBF(inp), n);
+    launch_elementwise<8, true>(gelu_forward_kernel<8>, gelu_forward_kernel<1>,
+                                is_aligned16(out) && is_aligned16(inp), n, BF(out), CBF(inp), n);
     LAUNCH_CHECK();
 }
 

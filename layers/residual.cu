@@ -13,8 +13,8 @@ __global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b,
 
 void residual_forward(floatX *out, const floatX *a, const floatX *b, size_t n) {
     if (n == 0) return;
-    const bool vec8 = is_aligned16(out) && is_aligned16(a) && is_aligned16(b);
-    launch_pdl(vec8 ? residual_forward_kernel<8> : residual_forward_kernel<1>,
-               ceil_div(ceil_div(n, vec8 ? 8 : 1), 256), 256, 0, BF(out), CBF(a), CBF(b), n);
+    launch_elementwise<8, true>(residual_forward_kernel<8>, residual_forward_kernel<1>,
+                                is_aligned16(out) && is_aligned16(a) && is_aligned16(b), n,
+                                BF(out), CBF(a), CBF(b), n);
     LAUNCH_CHECK();
 }

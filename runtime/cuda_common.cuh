@@ -53,20 +53,6 @@ static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 // 16-byte vector accesses need 16-byte aligned addresses: kernels pick their vector width with this
 static inline bool is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-// Launches an element-wise kernel over n elements, 256 threads a block, on cuda_stream: vec, VEC
-// elements a thread, when `aligned` (every pointer it takes allows VEC-wide accesses), else
-// scalar, one a thread. vec and scalar are two instantiations of one kernel template (e.g.
-// gelu_forward_kernel<8> and <1>); the caller checks the launch (LAUNCH_CHECK).
-template <int VEC, typename... Params, typename... Args>
-static void launch_elementwise(void (*vec)(Params...), void (*scalar)(Params...), bool aligned,
-                               size_t n, Args... args) {
-    const int threads = 256;
-    if (aligned)
-        vec<<<ceil_div(ceil_div(n, VEC), threads), threads, 0, cuda_stream>>>(args...);
-    else
-        scalar<<<ceil_div(n, threads), threads, 0, cuda_stream>>>(args...);
-}
-
 // sum and max over the 32 lanes of a warp, the result in every lane
 __device__ __forceinline__ float warp_allreduce_sum(float x) {
 #pragma unroll
@@ -189,6 +175,23 @@ static void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
     config.attrs = &attribute;
     config.numAttrs = 1;
     CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
+// Launches an element-wise kernel over n elements, 256 threads a block, on cuda_stream: vec, VEC
+// elements a thread, when `aligned` (every pointer it takes allows VEC-wide accesses), else
+// scalar, one a thread. vec and scalar are two instantiations of one kernel template (e.g.
+// gelu_forward_kernel<8> and <1>); the caller checks the launch (LAUNCH_CHECK). PDL: launched
+// with launch_pdl, for kernels that keep its rules (pdl_wait before their first read).
+template <int VEC, bool PDL = false, typename... Params, typename... Args>
+static void launch_elementwise(void (*vec)(Params...), void (*scalar)(Params...), bool aligned,
+                               size_t n, Args... args) {
+    const int threads = 256;
+    const size_t blocks = aligned ? ceil_div(ceil_div(n, VEC), threads) : ceil_div(n, threads);
+    void (*kernel)(Params...) = aligned ? vec : scalar;
+    if (PDL)
+        launch_pdl(kernel, (unsigned)blocks, threads, 0, args...);
+    else
+        kernel<<<blocks, threads, 0, cuda_stream>>>(static_cast<Params>(args)...);
 }
 
 // 16 bytes of weights that are read once per decode step: not kept in L1 (the next use is a
