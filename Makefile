@@ -195,7 +195,7 @@ check:
 # compile and link every CUDA program, GPU tests and benchmarks included (no GPU needed)
 cuda-build: $(BUILD)/train_gpt2 $(BUILD)/infer_gpt2 $(BUILD)/parity_dump gpu-tests gpu-bench $(KERNEL_TIMELINE)
 gpu-tests: $(BUILD)/tests/gpu/test_layers_gpu
-gpu-bench: $(BUILD)/bench/bench_layers_gpu
+gpu-bench: $(BUILD)/bench/bench_layers_gpu $(BUILD)/bench/gemm_algos
 
 # ---- the main job: data, build, train, sample ----------------------------------------------
 # GPU: GPT-2 124M (d12) on TinyShakespeare. CPU: a small d4 model, so that it ends in minutes.
