@@ -335,12 +335,11 @@ const char *const gpt2_recompute_names[RECOMPUTE_LEVELS] = {"none", "GELU", "GEL
 // backward therefore recomputes for each layer before using it
 static int recomputed(const GPT2 *model, int act) { return model->recompute >= recompute_levels[act]; }
 
-// bias gradients in backward come from the matmuls of OC = 3C, C and 4C
+// the bias gradients' scratch in backward: qkv's (matmul_backward, OC = 3C) and fc's
+// (gelu_backward, OC = 4C); attproj's and fcproj's come with the layernorms' own
 static size_t matmul_scratch_size(int N, int C) {
-    size_t qkv = matmul_backward_scratch_size(N, 3 * C), proj = matmul_backward_scratch_size(N, C);
-    size_t fc = matmul_backward_scratch_size(N, 4 * C);
-    size_t most = qkv > proj ? qkv : proj;
-    return most > fc ? most : fc;
+    size_t qkv = matmul_backward_scratch_size(N, 3 * C), fc = matmul_backward_scratch_size(N, 4 * C);
+    return qkv > fc ? qkv : fc;
 }
 
 // the local names the table's shapes are written in, for a pass of (B, T)
@@ -547,24 +546,30 @@ static void block_backward(GPT2 *model, int l, const floatX *residual) {
     void *mm = a.matmul_scratch, *ln = a.layernorm_scratch;
     // MLP block
     if (recomputed(model, ACT_fch_gelu)) gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
-    matmul_backward(a.scratch_4c, dw.fcprojw, dw.fcprojb, mm, a.dresidual, x.fch_gelu,
-                    w.fcprojw, N, 4 * C, C);
-    gelu_backward(a.scratch_4c, x.fch, a.scratch_4c, (size_t)N * 4 * C);
+    // (fcprojb's gradient, the column sums of dresidual, came with the layernorm backward
+    // before this block: lnf's or layer l+1's ln1; fcb's comes with the GELU backward's pass,
+    // attprojb's with ln2's)
+    matmul_backward(a.scratch_4c, dw.fcprojw, NULL, mm, a.dresidual, x.fch_gelu, w.fcprojw, N,
+                    4 * C, C);
+    gelu_backward(a.scratch_4c, dw.fcb, mm, x.fch, a.scratch_4c, N, 4 * C);
     if (recomputed(model, ACT_ln2))
         layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
-    matmul_backward(a.scratch_c, dw.fcw, dw.fcb, mm, a.scratch_4c, x.ln2, w.fcw, N, C, 4 * C);
-    layernorm_backward(a.dresidual, dw.ln2w, dw.ln2b, ln, a.scratch_c, x.residual2, w.ln2w,
-                       x.ln2_mean, x.ln2_rstd, N, C);
+    matmul_backward(a.scratch_c, dw.fcw, NULL, mm, a.scratch_4c, x.ln2, w.fcw, N, C, 4 * C);
+    layernorm_backward(a.dresidual, dw.ln2w, dw.ln2b, dw.attprojb, ln, a.scratch_c, x.residual2,
+                       w.ln2w, x.ln2_mean, x.ln2_rstd, N, C);
     // attention block
-    matmul_backward(a.scratch_c, dw.attprojw, dw.attprojb, mm, a.dresidual, x.atty, w.attprojw,
-                    N, C, C);
+    matmul_backward(a.scratch_c, dw.attprojw, NULL, mm, a.dresidual, x.atty, w.attprojw, N, C,
+                    C);
     attention_backward(a.scratch_3c, a.att_scratch, a.scratch_c, x.qkv, x.atty, x.att_saved, B,
                        T, NH, HS);
     if (recomputed(model, ACT_ln1))
         layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
     matmul_backward(a.scratch_c, dw.qkvw, dw.qkvb, mm, a.scratch_3c, x.ln1, w.qkvw, N, C, 3 * C);
-    layernorm_backward(a.dresidual, dw.ln1w, dw.ln1b, ln, a.scratch_c, residual, w.ln1w,
-                       x.ln1_mean, x.ln1_rstd, N, C);
+    // dresidual now is the gradient of layer l-1's output, residual2 + fcproj(...): of its
+    // fcproj's output too, whose bias gradient this pass sums
+    floatX *prev_fcprojb = l > 0 ? gpt2_layer_params(&g, C, l - 1).fcprojb : NULL;
+    layernorm_backward(a.dresidual, dw.ln1w, dw.ln1b, prev_fcprojb, ln, a.scratch_c, residual,
+                       w.ln1w, x.ln1_mean, x.ln1_rstd, N, C);
 }
 
 static void backward(GPT2 *model) {
@@ -578,8 +583,9 @@ static void backward(GPT2 *model) {
     matmul_backward(a.scratch_c, g.wte, NULL, a.matmul_scratch, a.logits, a.lnf, p.wte, N, C, Vp);
     dev_memset_zero(a.dresidual, (size_t)N * C * sizeof(floatX));
     floatX *last = gpt2_layer_acts(model, L - 1).residual3;
-    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.layernorm_scratch, a.scratch_c, last, p.lnfw,
-                       a.lnf_mean, a.lnf_rstd, N, C);
+    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, gpt2_layer_params(&g, C, L - 1).fcprojb,
+                       a.layernorm_scratch, a.scratch_c, last, p.lnfw, a.lnf_mean, a.lnf_rstd, N,
+                       C);
     for (int l = L - 1; l >= 0; l--)
         block_backward(model, l, l == 0 ? a.encoded : gpt2_layer_acts(model, l - 1).residual3);
     encoder_backward(g.wte, g.wpe, a.encoder_scratch, a.dresidual, a.inputs, B, T, C);

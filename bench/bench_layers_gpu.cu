@@ -121,6 +121,7 @@ static void bench_batch(int B) {
     floatX *dwte = random_tensor((size_t)Vp * C, 0.02f, "dwte"), *dwpe = random_tensor((size_t)T * C, 0.02f, "dwpe");
     floatX *w = random_tensor((size_t)4 * C * C, 0.02f, "weight"), *dw = random_tensor((size_t)4 * C * C, 0.02f, "dweight");
     floatX *bias = random_tensor(4 * C, 0.02f, "bias"), *dbias = random_tensor(4 * C, 0.02f, "dbias");
+    floatX *dproj_bias = random_tensor(C, 0.02f, "dproj_bias");
     floatX *lnw = random_tensor(C, 1.0f, "ln weight"), *lnb = random_tensor(C, 0.1f, "ln bias");
 
     std::vector<int> host_tokens(N);
@@ -148,19 +149,23 @@ static void bench_batch(int B) {
     // before it (2 per layer: ln2, then the next ln1 or lnf)
     add("layernorm_forward", 1, 2.0 * NC * 2 + 8.0 * N, 0,
         time_ms([&] { layernorm_forward(y, mean, rstd, x, lnw, lnb, N, C); }));
+    // (all but layer 0's ln1 also sum the projection's bias gradient, dproj_bias)
     add("layernorm_backward", 2 * L + 1, 4.0 * NC * 2 + 8.0 * N, 0,
         time_ms([&] {
-            layernorm_backward(dx, dw, dbias, layer_scratch, dy, x, lnw, mean, rstd, N, C);
+            layernorm_backward(dx, dw, dbias, dproj_bias, layer_scratch, dy, x, lnw, mean, rstd,
+                               N, C);
         }));
     add("layernorm_residual_forward", 2 * L, 4.0 * NC * 2 + 8.0 * N, 0,
         time_ms([&] { layernorm_residual_forward(dy, y, mean, rstd, x, dx, lnw, lnb, N, C); }));
 
-    struct { const char *fwd, *bwd; int in, out; bool has_bias; int per_step; floatX *inp, *outp; } mm[] = {
-        {"matmul_forward qkv", "matmul_backward qkv", C, 3 * C, true, L, y, qkv},
-        {"matmul_forward attn proj", "matmul_backward attn proj", C, C, true, L, y, x},
-        {"matmul_forward fc", "matmul_backward fc", C, 4 * C, true, L, y, h},
-        {"matmul_forward fc proj", "matmul_backward fc proj", 4 * C, C, true, L, hg, x},
-        {"matmul_forward lm head", "matmul_backward lm head", C, Vp, false, 1, y, logits},
+    // bwd_bias: the backward sums the bias gradient itself (qkv); the others' come with the
+    // GELU backward (fc) and the layernorm backwards (the projections), as in a step
+    struct { const char *fwd, *bwd; int in, out; bool has_bias, bwd_bias; int per_step; floatX *inp, *outp; } mm[] = {
+        {"matmul_forward qkv", "matmul_backward qkv", C, 3 * C, true, true, L, y, qkv},
+        {"matmul_forward attn proj", "matmul_backward attn proj", C, C, true, false, L, y, x},
+        {"matmul_forward fc", "matmul_backward fc", C, 4 * C, true, false, L, y, h},
+        {"matmul_forward fc proj", "matmul_backward fc proj", 4 * C, C, true, false, L, hg, x},
+        {"matmul_forward lm head", "matmul_backward lm head", C, Vp, false, false, 1, y, logits},
     };
     for (auto &m : mm) {
         const floatX *weight = m.out == Vp ? wte : w;
@@ -173,13 +178,15 @@ static void bench_batch(int B) {
         floatX *dout = m.out == Vp ? logits : m.out == 4 * C ? dh : m.out == 3 * C ? dqkv : dy;
         floatX *dinp = m.in == 4 * C ? dh : dx;
         add(m.bwd, m.per_step, 0, 2 * flops, time_ms([&] {
-                matmul_backward(dinp, dweight, m.has_bias ? dbias : NULL, layer_scratch, dout,
+                matmul_backward(dinp, dweight, m.bwd_bias ? dbias : NULL, layer_scratch, dout,
                                 m.inp, weight, N, m.in, m.out);
             }));
     }
 
     add("gelu_forward", L, 2.0 * NC * 4 * 2, 0, time_ms([&] { gelu_forward(hg, h, NC * 4); }));
-    add("gelu_backward", L, 3.0 * NC * 4 * 2, 0, time_ms([&] { gelu_backward(dh, h, dh, NC * 4); }));
+    add("gelu_backward (with fc's dbias)", L, 3.0 * NC * 4 * 2, 0, time_ms([&] {
+            gelu_backward(dh, dbias, layer_scratch, h, dh, N, 4 * C);
+        }));
 
     {
         void *saved = dev_malloc(attention_saved_size(B, T, NH, HS), "attention saved");
@@ -245,7 +252,7 @@ static void bench_batch(int B) {
     dev_free(x); dev_free(y); dev_free(dx); dev_free(dy); dev_free(qkv); dev_free(dqkv);
     dev_free(h); dev_free(hg); dev_free(dh); dev_free(logits); dev_free(mean); dev_free(rstd);
     dev_free(losses); dev_free(wte); dev_free(wpe); dev_free(dwte); dev_free(dwpe); dev_free(w);
-    dev_free(dw); dev_free(bias); dev_free(dbias); dev_free(lnw); dev_free(lnb); dev_free(tokens);
+    dev_free(dw); dev_free(bias); dev_free(dbias); dev_free(dproj_bias); dev_free(lnw); dev_free(lnb); dev_free(tokens);
     dev_free(layer_scratch);
 }
 

@@ -2,6 +2,7 @@
 // Computed through the identity 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)): the same
 // function, but for negative inputs 1 + tanh(u) cancels to a few significant bits in fp32,
 // while the sigmoid keeps full relative precision (and needs one exp instead of one tanh).
+#include "channel_chunks.h"
 #include "layers.h"
 
 #include <math.h>
@@ -19,10 +20,12 @@ void gelu_forward(floatX *out, const floatX *inp, size_t n) {
     }
 }
 
-// dinp (n) = dout * gelu'(inp); inp (n), dout (n). dinp may alias dout: each element is read
-// before it is written.
+// dinp (N,OC) = dout * gelu'(inp); inp (N,OC), dout (N,OC); dbias (OC) += colsum(dinp) unless
+// NULL. dinp may alias dout: each element is read before it is written.
 // With s = sigmoid(2u): gelu = x s, and gelu' = s + 2 x s (1 - s) du/dx.
-void gelu_backward(floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
+void gelu_backward(floatX *dinp, floatX *dbias, void *scratch, const floatX *inp,
+                   const floatX *dout, int N, int OC) {
+    const size_t n = (size_t)N * OC;
     #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
@@ -32,4 +35,5 @@ void gelu_backward(floatX *dinp, const floatX *inp, const floatX *dout, size_t n
         float local_grad = s + 2.0f * x * s * (1.0f - s) * du_dx;
         dinp[i] = local_grad * dout[i];
     }
+    if (dbias) column_sums_add(dbias, dinp, N, OC);
 }

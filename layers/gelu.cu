@@ -1,6 +1,7 @@
 // gelu.cu: GELU with the tanh approximation, forward and backward, 8 elements per thread
 // through 16-byte accesses (element-wise, so memory-bound: one read and one write per element).
 #include "../runtime/cuda_common.cuh"
+#include "column_sums.cuh"
 #include "layers.h"
 
 #include "gelu.cuh"   // gelu_value, GELU_SCALE, GELU_CUBIC (the decode step's GEMV uses them too)
@@ -46,10 +47,38 @@ void gelu_forward(floatX *out, const floatX *inp, size_t n) {
     LAUNCH_CHECK();
 }
 
-void gelu_backward(floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
+// rows for column_sums: dinp = gelu'(inp) * dout, stored, and summed as stored (bf16), as the
+// bias gradient of a separate pass would read it. dinp may alias dout (no __restrict__): each
+// element is read before it is written, by the same thread.
+struct GeluBackwardRows {
+    bf16 *dinp;
+    const bf16 *inp, *dout;
+    int width;
+    template <int VEC>
+    __device__ void operator()(float (&d)[VEC], int row, int col) const {
+        const size_t i = (size_t)row * width + col;
+        float x[VEC], dy[VEC];
+        load_bf16<VEC>(x, inp + i);
+        load_bf16<VEC>(dy, dout + i);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            d[k] = __bfloat162float(__float2bfloat16_rn(gelu_derivative(x[k]) * dy[k]));
+        store_bf16<VEC>(dinp + i, d);
+    }
+};
+
+void gelu_backward(floatX *dinp, floatX *dbias, void *scratch, const floatX *inp,
+                   const floatX *dout, int N, int OC) {
+    const size_t n = (size_t)N * OC;
     if (n == 0) return;
-    launch_elementwise<8>(gelu_backward_kernel<8>, gelu_backward_kernel<1>,
-                          is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout), n,
-                          BF(dinp), CBF(inp), CBF(dout), n);
+    const bool vec8 = is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout);
+    if (dbias) {   // one pass: dinp and its column sums
+        const GeluBackwardRows rows{BF(dinp), CBF(inp), CBF(dout), OC};
+        if (vec8 && OC % 8 == 0) column_sums<8>(BF(dbias), (float *)scratch, rows, N, OC);
+        else column_sums<1>(BF(dbias), (float *)scratch, rows, N, OC);
+        return;
+    }
+    launch_elementwise<8>(gelu_backward_kernel<8>, gelu_backward_kernel<1>, vec8, n, BF(dinp),
+                          CBF(inp), CBF(dout), n);
     LAUNCH_CHECK();
 }

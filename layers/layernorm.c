@@ -71,9 +71,10 @@ static void layernorm_param_grads_channels(void *ctx, int c0, int c1) {
     }
 }
 
-// dinp (N,C) +=, dweight (C) +=, dbias (C) +=, dout (N,C), inp (N,C), weight (C),
-// mean (N), rstd (N)
-void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
+// dinp (N,C) +=, dweight (C) +=, dbias (C) +=, dproj_bias (C) += colsum(dinp) after the
+// addition unless NULL, dout (N,C), inp (N,C), weight (C), mean (N), rstd (N)
+void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, floatX *dproj_bias,
+                        void *scratch,
                         const floatX *dout, const floatX *inp, const floatX *weight,
                         const float *mean, const float *rstd, int N, int C) {
     // dinp: each row on its own, through the two row means the normalization couples
@@ -102,4 +103,5 @@ void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scra
     // dweight, dbias: sums over rows
     LayernormParamGrads g = {dweight, dbias, dout, inp, mean, rstd, N, C};
     for_channel_chunks(C, layernorm_param_grads_channels, &g);
+    if (dproj_bias) column_sums_add(dproj_bias, dinp, N, C);
 }

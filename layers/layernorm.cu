@@ -130,10 +130,11 @@ void layernorm_residual_forward(floatX *residual, floatX *out, float *mean, floa
 
 enum { LN_BACKWARD_THREADS = 128, LN_BACKWARD_UNROLL = 2 };
 
-// Shared memory: per warp, dweight then dbias accumulators, C floats each, stored as
-// [k][v] for channel v*VEC + k so that the lanes of a warp touch consecutive words.
-// partial: (gridDim.x, 2, C) fp32, this block's dweight and dbias sums in channel order.
-template <int VEC>
+// SUMS column sums: dweight, dbias and, when SUMS = 3, dinp's as it leaves (dproj_bias).
+// Shared memory: per warp, SUMS accumulators of C floats each, stored as [k][v] for channel
+// v*VEC + k so that the lanes of a warp touch consecutive words.
+// partial: (gridDim.x, SUMS, C) fp32, this block's sums in channel order.
+template <int VEC, int SUMS>
 __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
     layernorm_backward_kernel(float *__restrict__ partial, bf16 *__restrict__ dinp,
                               const bf16 *__restrict__ dout, const bf16 *__restrict__ inp,
@@ -143,9 +144,10 @@ __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int warps = blockDim.x / 32;
     const int nvec = C / VEC;
-    float *dweight_acc = accumulators + (size_t)warp * 2 * C;
+    float *dweight_acc = accumulators + (size_t)warp * SUMS * C;
     float *dbias_acc = dweight_acc + C;
-    for (int i = lane; i < 2 * C; i += 32) dweight_acc[i] = 0.0f;
+    float *dproj_acc = dbias_acc + C;   // SUMS = 3 only
+    for (int i = lane; i < SUMS * C; i += 32) dweight_acc[i] = 0.0f;
     __syncwarp();
 
     for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
@@ -196,40 +198,42 @@ __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
                 dxv[k] += (w[k] * dyv[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
                 dweight_acc[k * nvec + v] += norm * dyv[k];
                 dbias_acc[k * nvec + v] += dyv[k];
+                // as stored: the sum a separate pass over dinp would make
+                if (SUMS == 3) dproj_acc[k * nvec + v] += __bfloat162float(__float2bfloat16_rn(dxv[k]));
             }
             store_bf16<VEC>(dx + v * VEC, dxv);
         }
     }
     __syncthreads();
 
-    float *block_partial = partial + (size_t)blockIdx.x * 2 * C;
+    float *block_partial = partial + (size_t)blockIdx.x * SUMS * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const int slot = (c % VEC) * nvec + c / VEC;
-        float dw = 0.0f, db = 0.0f;
-        for (int w = 0; w < warps; w++) {
-            dw += accumulators[(size_t)w * 2 * C + slot];
-            db += accumulators[(size_t)w * 2 * C + C + slot];
+#pragma unroll
+        for (int sum = 0; sum < SUMS; sum++) {
+            float total = 0.0f;
+            for (int w = 0; w < warps; w++) total += accumulators[(size_t)(w * SUMS + sum) * C + slot];
+            block_partial[sum * C + c] = total;
         }
-        block_partial[c] = dw;
-        block_partial[C + c] = db;
     }
 }
 
+template <int SUMS>
 static size_t layernorm_backward_smem(int C) {
-    return (size_t)(LN_BACKWARD_THREADS / 32) * 2 * C * sizeof(float);
+    return (size_t)(LN_BACKWARD_THREADS / 32) * SUMS * C * sizeof(float);
 }
 
-// the grid of layernorm_backward_kernel<VEC> at (N, C): as many blocks as are resident on the
-// GPU at once, no more than the rows need. Also sets the kernel's shared-memory limit.
-template <int VEC>
+// the grid of layernorm_backward_kernel<VEC, SUMS> at (N, C): as many blocks as are resident on
+// the GPU at once, no more than the rows need. Also sets the kernel's shared-memory limit.
+template <int VEC, int SUMS>
 static int layernorm_backward_blocks(int N, int C) {
-    const size_t smem = layernorm_backward_smem(C);
+    const size_t smem = layernorm_backward_smem<SUMS>(C);
     if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<VEC>,
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<VEC, SUMS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int blocks_per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks_per_sm, layernorm_backward_kernel<VEC>, LN_BACKWARD_THREADS, smem));
+        &blocks_per_sm, layernorm_backward_kernel<VEC, SUMS>, LN_BACKWARD_THREADS, smem));
     if (blocks_per_sm < 1)
         die("layernorm_backward: C=%d needs more shared memory than a block has", C);
     int blocks = blocks_per_sm * cuda_num_sms;
@@ -237,37 +241,48 @@ static int layernorm_backward_blocks(int N, int C) {
     return blocks < blocks_for_rows ? blocks : blocks_for_rows;
 }
 
-// partial (blocks, 2, C) fp32, for whichever vector width the pointers allow
+// partial (blocks, SUMS, C) fp32, for whichever vector width and sum count the call needs
 size_t layernorm_backward_scratch_size(int N, int C) {
     ensure_backend();
-    const int blocks8 = layernorm_backward_blocks<8>(N, C);
-    const int blocks1 = layernorm_backward_blocks<1>(N, C);
-    return (size_t)(blocks8 > blocks1 ? blocks8 : blocks1) * 2 * C * sizeof(float);
+    const size_t sizes[4] = {(size_t)layernorm_backward_blocks<8, 2>(N, C) * 2,
+                             (size_t)layernorm_backward_blocks<1, 2>(N, C) * 2,
+                             (size_t)layernorm_backward_blocks<8, 3>(N, C) * 3,
+                             (size_t)layernorm_backward_blocks<1, 3>(N, C) * 3};
+    size_t most = 0;
+    for (int i = 0; i < 4; i++) most = sizes[i] > most ? sizes[i] : most;
+    return most * C * sizeof(float);
 }
 
-template <int VEC>
+template <int VEC, int SUMS>
 static void layernorm_backward_launch(floatX *dinp, floatX *dweight, floatX *dbias,
-                                      float *partial, const floatX *dout, const floatX *inp,
-                                      const floatX *weight, const float *mean, const float *rstd,
-                                      int N, int C) {
-    const int blocks = layernorm_backward_blocks<VEC>(N, C);
-    layernorm_backward_kernel<VEC><<<blocks, LN_BACKWARD_THREADS, layernorm_backward_smem(C),
-                                     cuda_stream>>>(partial, BF(dinp), CBF(dout), CBF(inp),
-                                                    CBF(weight), mean, rstd, N, C);
+                                      floatX *dproj_bias, float *partial, const floatX *dout,
+                                      const floatX *inp, const floatX *weight, const float *mean,
+                                      const float *rstd, int N, int C) {
+    const int blocks = layernorm_backward_blocks<VEC, SUMS>(N, C);
+    layernorm_backward_kernel<VEC, SUMS><<<blocks, LN_BACKWARD_THREADS,
+                                           layernorm_backward_smem<SUMS>(C), cuda_stream>>>(
+        partial, BF(dinp), CBF(dout), CBF(inp), CBF(weight), mean, rstd, N, C);
     LAUNCH_CHECK();
-    add_column_sums(BF(dweight), BF(dbias), C, partial, blocks, 2 * C);
+    add_column_sums(ColumnSumsDst{{BF(dweight), BF(dbias), BF(dproj_bias)}}, SUMS, C, partial,
+                    blocks);
 }
 
-void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
-                        const floatX *dout, const floatX *inp, const floatX *weight,
-                        const float *mean, const float *rstd, int N, int C) {
+void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, floatX *dproj_bias,
+                        void *scratch, const floatX *dout, const floatX *inp,
+                        const floatX *weight, const float *mean, const float *rstd, int N, int C) {
     const bool vec8 = C % 8 == 0 && is_aligned16(dinp) && is_aligned16(dout) &&
                       is_aligned16(inp) && is_aligned16(weight);
     float *partial = (float *)scratch;
-    if (vec8)
-        layernorm_backward_launch<8>(dinp, dweight, dbias, partial, dout, inp, weight, mean, rstd,
-                                     N, C);
+    if (vec8 && dproj_bias)
+        layernorm_backward_launch<8, 3>(dinp, dweight, dbias, dproj_bias, partial, dout, inp,
+                                        weight, mean, rstd, N, C);
+    else if (vec8)
+        layernorm_backward_launch<8, 2>(dinp, dweight, dbias, NULL, partial, dout, inp, weight,
+                                        mean, rstd, N, C);
+    else if (dproj_bias)
+        layernorm_backward_launch<1, 3>(dinp, dweight, dbias, dproj_bias, partial, dout, inp,
+                                        weight, mean, rstd, N, C);
     else
-        layernorm_backward_launch<1>(dinp, dweight, dbias, partial, dout, inp, weight, mean, rstd,
-                                     N, C);
+        layernorm_backward_launch<1, 2>(dinp, dweight, dbias, NULL, partial, dout, inp, weight,
+                                        mean, rstd, N, C);
 }

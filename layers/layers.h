@@ -64,10 +64,15 @@ void layernorm_residual_forward(floatX *residual, floatX *out, float *mean, floa
                                 const floatX *a, const floatX *b, const floatX *weight,
                                 const floatX *bias, int N, int C);
 // dinp (N,C) += , dweight (C) +=, dbias (C) +=
+// dproj_bias (C) += colsum(dinp), dinp as it leaves (skipped when NULL). In the model dinp is
+// the residual stream's gradient, which is also the gradient of the projection (attproj,
+// fcproj) whose output the residual add before this layernorm took in: its bias gradient comes
+// from this pass over dinp instead of one more (matmul_backward is then given no dbias).
 // scratch: layernorm_backward_scratch_size(N, C) bytes (CUDA: per-block partial sums of
-// dweight and dbias, added in a fixed order)
+// dweight, dbias and dproj_bias, added in a fixed order)
 size_t layernorm_backward_scratch_size(int N, int C);
-void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
+void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, floatX *dproj_bias,
+                        void *scratch,
                         const floatX *dout, const floatX *inp, const floatX *weight,
                         const float *mean, const float *rstd, int N, int C);
 
@@ -87,8 +92,13 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch
 // GELU, tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 // out (n), inp (n)
 void gelu_forward(floatX *out, const floatX *inp, size_t n);
-// dinp (n) = dout * gelu'(inp); dinp may alias dout
-void gelu_backward(floatX *dinp, const floatX *inp, const floatX *dout, size_t n);
+// dinp (N,OC) = dout * gelu'(inp), inp (N,OC), dout (N,OC); dinp may alias dout.
+// dbias (OC) += colsum(dinp) (skipped when NULL): the bias gradient of the matmul that made
+// inp, from this pass over dinp instead of one more (matmul_backward is then given no dbias).
+// scratch: matmul_backward_scratch_size(N, OC) bytes (CUDA: partial column sums of dbias;
+// unused without dbias)
+void gelu_backward(floatX *dinp, floatX *dbias, void *scratch, const floatX *inp,
+                   const floatX *dout, int N, int OC);
 
 // out = a + b; out (n), a (n), b (n). Its backward is the identity: the model passes the
 // residual stream's gradient through unchanged (see gpt2_backward).

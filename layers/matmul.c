@@ -144,22 +144,6 @@ void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const 
 
 size_t matmul_backward_scratch_size(int N, int OC) { return 0; }
 
-typedef struct {
-    floatX *dbias;
-    const floatX *dout;
-    int N, OC;
-} MatmulBiasGrad;
-
-// channels [o0, o1) of dbias, from every row of dout in order (for_channel_chunks)
-static void matmul_bias_grad_channels(void *ctx, int o0, int o1) {
-    const MatmulBiasGrad *g = ctx;
-    const int N = g->N, OC = g->OC;
-    for (int i = 0; i < N; i++) {
-        const float *dout_i = g->dout + (size_t)i * OC;
-        for (int o = o0; o < o1; o++) g->dbias[o] += dout_i[o];
-    }
-}
-
 // dinp (N,C) = dout @ weight, or skipped when NULL; dweight (OC,C) += dout^T @ inp;
 // dbias (OC) += colsum(dout), or skipped when NULL; dout (N,OC), inp (N,C), weight (OC,C)
 void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
@@ -173,8 +157,5 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch
     View dout_t = {dout, 1, (size_t)OC};            // dout^T: (OC, N)
     View inp_view = {inp, (size_t)C, 1};            // (N, C)
     block_matmul(dweight, (size_t)C, dout_t, inp_view, NULL, OC, C, N, 1);
-    if (dbias) {
-        MatmulBiasGrad g = {dbias, dout, N, OC};
-        for_channel_chunks(OC, matmul_bias_grad_channels, &g);
-    }
+    if (dbias) column_sums_add(dbias, dout, N, OC);
 }

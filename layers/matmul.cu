@@ -1,6 +1,7 @@
 // matmul.cu: out = inp @ weight^T + bias and its backward, on cuBLASLt (bf16 in and out, fp32
 // accumulation), the bias added in the GEMM's epilogue. The bias gradient is a column sum of
-// dout by a two-kernel deterministic reduction.
+// dout by a two-kernel deterministic reduction (column_sums.cuh), unless the caller has it
+// summed by the pass that makes dout (gelu_backward, layernorm_backward) and passes no dbias.
 //
 // cuBLAS(Lt) is column-major: a row-major (R, K) matrix is a column-major (K, R) one, so every
 // row-major product below is issued as its transpose: out^T = weight @ inp^T, and so on.
@@ -8,15 +9,34 @@
 #include "column_sums.cuh"
 #include "layers.h"
 
-// One cached plan per distinct GEMM: descriptors and the algorithm the heuristic chose.
+// ---- the algorithm: the heuristic's first, or the fastest of its candidates with its bits ----
+// The heuristic's first algorithm is not always the fastest at the training step's shapes:
+// bench/gemm_algos measured on an H200 (d12, B=64) the fc projection's dinp at 0.566 ms with it
+// and 0.410 with its 7th candidate, the LM head's forward at 8.05 against 7.29 ms, and a step's
+// GEMMs 4.8% faster with the best of 16 (docs/PERF.md, "Issue 19: cuBLASLt's candidates").
+// So a GEMM of at least kTuneFlops that overwrites its output (beta = 0) times the heuristic's
+// top kTuneCandidates once, on its own operands, the first time its plan is used outside a
+// graph capture, and keeps the fastest of those whose output has the very bits the first's has
+// (a hash of the output, compared): the choice makes a GEMM faster and never changes a
+// result, so a run, and a run resumed from a checkpoint, gives the same bits whatever the
+// timings pick. MATMUL_TUNE=0 in the environment keeps the heuristic's first; MATMUL_TUNE=2
+// also reports each choice on stderr.
+static const double kTuneFlops = 1e10;   // ~15 us of GEMM: 7 launches a candidate pay back soon
+enum { TUNE_CANDIDATES = 8, TUNE_REPS = 5 };
+
+// One cached plan per distinct GEMM: descriptors and the algorithm chosen.
 typedef struct {
     cublasOperation_t transa, transb;
     int m, n, k, lda, ldb, ldd;
     int has_bias, accumulate;
     int align_a, align_b, align_d;   // bytes the pointers are aligned to (up to 256)
+    int tune;                        // MATMUL_TUNE when the plan was made (0, 1, 2)
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algo;       // the one used
+    cublasLtMatmulAlgo_t candidates[TUNE_CANDIDATES];   // the heuristic's, best first
+    int n_candidates;
+    int tuned;         // algo is final: chosen by timing, or no timing wanted
     int use_gemm_ex;   // cuBLASLt offered no algorithm (odd shapes): plain cuBLAS, bias apart
 } MatmulPlan;
 
@@ -35,12 +55,14 @@ static int pointer_alignment(const void *p) {
 static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                             int k, int lda, int ldb, int ldd, int has_bias, int accumulate,
                             int align_a, int align_b, int align_d) {
+    const char *tune_env = getenv("MATMUL_TUNE");
+    const int tune = tune_env ? atoi(tune_env) : 1;
     for (int i = 0; i < plans_count; i++) {
         MatmulPlan *p = &plans[i];
         if (p->transa == transa && p->transb == transb && p->m == m && p->n == n && p->k == k &&
             p->lda == lda && p->ldb == ldb && p->ldd == ldd && p->has_bias == has_bias &&
             p->accumulate == accumulate && p->align_a == align_a && p->align_b == align_b &&
-            p->align_d == align_d)
+            p->align_d == align_d && p->tune == tune)
             return p;
     }
     // a full cache recycles its slots in turn (sampling and generation bring a new row count
@@ -57,7 +79,7 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->d_layout));
     }
     *p = MatmulPlan{transa, transb, m, n, k, lda, ldb, ldd, has_bias, accumulate,
-                    align_a, align_b, align_d};
+                    align_a, align_b, align_d, tune};
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa,
                                                 sizeof(transa)));
@@ -91,22 +113,102 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
     for (int i = 0; i < 4; i++)
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i],
                                                           sizeof(aligns[i])));
-    cublasLtMatmulHeuristicResult_t result;
+    cublasLtMatmulHeuristicResult_t results[TUNE_CANDIDATES];
     int found = 0;
     // "not supported" is how the heuristic may say it found nothing: any failure here falls back
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        cublaslt_handle, p->desc, p->a_layout, p->b_layout, p->d_layout, p->d_layout, pref, 1,
-        &result, &found);
+        cublaslt_handle, p->desc, p->a_layout, p->b_layout, p->d_layout, p->d_layout, pref,
+        TUNE_CANDIDATES, results, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         p->use_gemm_ex = 1;
         note("cuBLASLt has no algorithm for the bf16 GEMM m=%d n=%d k=%d (lda=%d ldb=%d ldd=%d, "
              "pointer alignments %d %d %d bytes, bias %d): using cublasGemmEx",
              m, n, k, lda, ldb, ldd, align_a, align_b, align_d, has_bias);
-    } else {
-        p->algo = result.algo;
+        return p;
     }
+    p->algo = results[0].algo;
+    p->n_candidates = found;
+    for (int i = 0; i < found; i++) p->candidates[i] = results[i].algo;
+    p->tuned = !tune || accumulate || found < 2 || 2.0 * m * n * k < kTuneFlops;
     return p;
+}
+
+// out (8 bytes of device memory) = an order-free 64-bit hash of the n bf16 values at x
+__global__ void hash_bf16_kernel(unsigned long long *out, const uint16_t *x, size_t n) {
+    unsigned long long acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned long long v = (x[i] + 1ull) * 0x9E3779B97F4A7C15ull ^ i * 0xC2B2AE3D27D4EB4Full;
+        v ^= v >> 31;
+        acc += v * 0xBF58476D1CE4E5B9ull;
+    }
+    atomicAdd(out, acc);   // a sum mod 2^64: the same whatever the order
+}
+
+// the hash of D (m x n, leading dimension ldd) as it is after the work queued so far
+static unsigned long long hash_output(const floatX *D, int m, int n, int ldd) {
+    unsigned long long *h = (unsigned long long *)cublaslt_workspace;   // free between GEMMs
+    CUDA_CHECK(cudaMemsetAsync(h, 0, sizeof(*h), cuda_stream));
+    hash_bf16_kernel<<<4 * cuda_num_sms, 256, 0, cuda_stream>>>(
+        h, (const uint16_t *)D, (size_t)ldd * (n - 1) + m);
+    LAUNCH_CHECK();
+    unsigned long long out;
+    CUDA_CHECK(cudaMemcpyAsync(&out, h, sizeof(out), cudaMemcpyDeviceToHost, cuda_stream));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+    return out;
+}
+
+// p->algo = the fastest candidate whose output has the bits of the heuristic's first (see the
+// top of this section), timed on these operands; D is overwritten, as the call will anyway.
+// Not inside a graph capture (timing needs synchronisation): the plan then waits for a call
+// outside one.
+static void tune_plan(MatmulPlan *p, const floatX *A, const floatX *B, floatX *D,
+                      const float *alpha, const float *beta) {
+    cudaStreamCaptureStatus capture;
+    CUDA_CHECK(cudaStreamIsCapturing(cuda_stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return;
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    unsigned long long first_hash = 0;
+    float best_ms = 0.0f, first_ms = 0.0f;
+    int best = 0, other_bits = 0;
+    for (int c = 0; c < p->n_candidates; c++) {
+        auto launch = [&]() {
+            return cublasLtMatmul(cublaslt_handle, p->desc, alpha, A, p->a_layout, B, p->b_layout,
+                                  beta, D, p->d_layout, D, p->d_layout, &p->candidates[c],
+                                  cublaslt_workspace, cublaslt_workspace_size, cuda_stream);
+        };
+        if (launch() != CUBLAS_STATUS_SUCCESS) {   // the warm-up; a candidate may refuse
+            if (c == 0) break;                      // (not the first: it stays, untimed)
+            continue;
+        }
+        CUDA_CHECK(cudaEventRecord(start, cuda_stream));
+        for (int r = 0; r < TUNE_REPS; r++) CUBLAS_CHECK(launch());
+        CUDA_CHECK(cudaEventRecord(stop, cuda_stream));
+        const unsigned long long hash = hash_output(D, p->m, p->n, p->ldd);
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        ms /= TUNE_REPS;
+        if (c == 0) {
+            first_hash = hash;
+            first_ms = best_ms = ms;
+        } else if (hash != first_hash) {
+            other_bits++;
+        } else if (ms < best_ms) {
+            best = c;
+            best_ms = ms;
+        }
+    }
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    p->algo = p->candidates[best];
+    p->tuned = 1;
+    if (p->tune >= 2)
+        note("matmul m=%d n=%d k=%d: candidate %d of %d, %.3f ms against the heuristic's first's "
+             "%.3f (%d candidates with other bits left out)",
+             p->m, p->n, p->k, best, p->n_candidates, best_ms, first_ms, other_bits);
 }
 
 // D[i, j] += bias[i] for the (m,n) column-major D of the cublasGemmEx fallback
@@ -140,6 +242,7 @@ static void lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m,
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &bias, sizeof(bias)));
     }
+    if (!p->tuned) tune_plan(p, A, B, D, &alpha, &beta);
     CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle, p->desc, &alpha, A, p->a_layout, B, p->b_layout,
                                 &beta, D, p->d_layout, D, p->d_layout, &p->algo,
                                 cublaslt_workspace, cublaslt_workspace_size, cuda_stream));
@@ -151,83 +254,10 @@ void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const 
     lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, bias, 0);
 }
 
-// ----------------------------------------------------------------------------------------
-// dbias (OC) += colsum(dout (N,OC)): each block sums a slice of rows for 32*VEC columns into
-// partial[blockIdx.y][col] (the caller's scratch, matmul_backward_scratch_size);
-// add_column_sums adds the partials in a fixed order into dbias.
-
-enum { BIAS_ROW_LANES = 8 };
-
-template <int VEC>
-__global__ void __launch_bounds__(32 * BIAS_ROW_LANES)
-    bias_partial_sums_kernel(float *partial, const bf16 *dout, int N, int OC, int rows_per_block) {
-    __shared__ float sums[BIAS_ROW_LANES][VEC][32];
-    const int col = (blockIdx.x * 32 + threadIdx.x) * VEC;
-    const int row_begin = blockIdx.y * rows_per_block;
-    const int row_end = min(N, row_begin + rows_per_block);
-    float acc[VEC] = {};
-    if (col < OC) {
-        for (int row = row_begin + threadIdx.y; row < row_end; row += BIAS_ROW_LANES) {
-            float x[VEC];
-            load_bf16<VEC>(x, dout + (size_t)row * OC + col);
-#pragma unroll
-            for (int k = 0; k < VEC; k++) acc[k] += x[k];
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < VEC; k++) sums[threadIdx.y][k][threadIdx.x] = acc[k];
-    __syncthreads();
-    if (threadIdx.y == 0 && col < OC) {
-#pragma unroll
-        for (int k = 0; k < VEC; k++) {
-            float s = 0.0f;
-#pragma unroll
-            for (int lane = 0; lane < BIAS_ROW_LANES; lane++) s += sums[lane][k][threadIdx.x];
-            partial[(size_t)blockIdx.y * OC + col + k] = s;
-        }
-    }
-}
-
-// the grid of the dbias reduction at (N, OC), vec columns per thread: col_blocks x slices,
-// about 8 blocks per SM in all, each slice over at least 64 rows (rows_per_block). slices is
-// at most max_slices, which never decreases with N (so scratch for N serves any fewer rows).
-typedef struct {
-    int col_blocks, slices, rows_per_block, max_slices;
-} BiasLayout;
-
-static BiasLayout bias_layout(int N, int OC, int vec) {
-    BiasLayout b;
-    b.col_blocks = ceil_div(OC, 32 * vec);
-    int slices = (8 * cuda_num_sms) / b.col_blocks;
-    if (slices < 1) slices = 1;
-    if (slices > ceil_div(N, 64)) slices = ceil_div(N, 64);
-    b.max_slices = slices;
-    b.rows_per_block = ceil_div(N, slices);
-    b.slices = ceil_div(N, b.rows_per_block);
-    return b;
-}
-
-// partial (max_slices, OC) fp32, for whichever vector width dout allows
+// partial column sums of dbias (column_sums.cuh)
 size_t matmul_backward_scratch_size(int N, int OC) {
     ensure_backend();
-    const int slices8 = bias_layout(N, OC, 8).max_slices;
-    const int slices1 = bias_layout(N, OC, 1).max_slices;
-    return (size_t)(slices8 > slices1 ? slices8 : slices1) * OC * sizeof(float);
-}
-
-static void bias_backward(floatX *dbias, float *bias_partial, const floatX *dout, int N, int OC) {
-    const int vec = (OC % 8 == 0 && is_aligned16(dout)) ? 8 : 1;
-    const BiasLayout layout = bias_layout(N, OC, vec);
-    const int slices = layout.slices, rows_per_block = layout.rows_per_block;
-    dim3 grid(layout.col_blocks, slices), block(32, BIAS_ROW_LANES);
-    if (vec == 8)
-        bias_partial_sums_kernel<8><<<grid, block, 0, cuda_stream>>>(bias_partial, CBF(dout), N,
-                                                                     OC, rows_per_block);
-    else
-        bias_partial_sums_kernel<1><<<grid, block, 0, cuda_stream>>>(bias_partial, CBF(dout), N,
-                                                                     OC, rows_per_block);
-    LAUNCH_CHECK();
-    add_column_sums(BF(dbias), NULL, OC, bias_partial, slices, OC);
+    return column_sums_scratch_size(N, OC);
 }
 
 void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch,
@@ -237,5 +267,10 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch
     if (dinp) lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dinp, C, NULL, 0);
     // dweight^T (C,OC) += inp^T (C,N) @ dout (N,OC)
     lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1);
-    if (dbias) bias_backward(dbias, (float *)scratch, dout, N, OC);
+    if (!dbias) return;
+    // dbias (OC) += colsum(dout (N,OC)), in a fixed order
+    if (OC % 8 == 0 && is_aligned16(dout))
+        column_sums<8>(BF(dbias), (float *)scratch, StoredRows{CBF(dout), OC}, N, OC);
+    else
+        column_sums<1>(BF(dbias), (float *)scratch, StoredRows{CBF(dout), OC}, N, OC);
 }

@@ -257,6 +257,17 @@ static double layernorm_objective(const void *ctx) {
     return layernorm_reference(ctx, NULL, NULL, NULL);
 }
 
+// want (width) = start + colsum(m (N, width)), in double
+static float *column_sums_want(const float *start, const float *m, int N, int width) {
+    float *want = malloc(width * sizeof(float));
+    for (int c = 0; c < width; c++) {
+        double sum = start[c];
+        for (int i = 0; i < N; i++) sum += m[(size_t)i * width + c];
+        want[c] = (float)sum;
+    }
+    return want;
+}
+
 static void test_layernorm(int N, int C) {
     size_t NC = (size_t)N * C;
     float *inp = random_array(NC, 2.0f), *weight = random_array(C, 1.0f);
@@ -284,15 +295,21 @@ static void test_layernorm(int N, int C) {
     memcpy(dinp, dinp_before, NC * sizeof(float));
     float *dweight = zero_array(C), *dbias = zero_array(C);
     void *scratch = dev_malloc(layernorm_backward_scratch_size(N, C), "layernorm_backward scratch");
-    layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward(dinp, dweight, dbias, NULL, scratch, dout, inp, weight, mean, rstd, N, C);
     float *dinp_added = difference(dinp, dinp_before, NC);
     CHECK_CLOSE(dinp_added, dinp_want, NC, BWD_TOL, "layernorm_backward dinp += N=%d C=%d", N, C);
     CHECK_CLOSE(dweight, dweight_want, C, BWD_TOL, "layernorm_backward dweight N=%d C=%d", N, C);
     CHECK_CLOSE(dbias, dbias_want, C, BWD_TOL, "layernorm_backward dbias N=%d C=%d", N, C);
     // a second call adds the same again
     float *dweight_twice = scaled(dweight, C, 2.0f), *dbias_twice = scaled(dbias, C, 2.0f);
-    layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C);
+    // the second with dproj_bias: += the column sums of dinp as it leaves
+    float *dproj_before = random_array(C, 1.0f), *dproj = malloc(C * sizeof(float));
+    memcpy(dproj, dproj_before, C * sizeof(float));
+    layernorm_backward(dinp, dweight, dbias, dproj, scratch, dout, inp, weight, mean, rstd, N, C);
     dev_free(scratch);
+    float *dproj_want = column_sums_want(dproj_before, dinp, N, C);
+    CHECK_CLOSE(dproj, dproj_want, C, BWD_TOL, "layernorm_backward dproj_bias N=%d C=%d", N, C);
+    free(dproj_before); free(dproj); free(dproj_want);
     CHECK_CLOSE(dweight, dweight_twice, C, BWD_TOL, "layernorm_backward dweight accumulates");
     CHECK_CLOSE(dbias, dbias_twice, C, BWD_TOL, "layernorm_backward dbias accumulates");
     float *dinp_added_twice = difference(dinp, dinp_before, NC);
@@ -427,7 +444,8 @@ static double gelu_objective(const void *ctx) {
     return sum;
 }
 
-static void test_gelu(size_t n) {
+static void test_gelu(int N, int OC) {
+    const size_t n = (size_t)N * OC;
     float *inp = random_array(n, 5.0f), *dout = random_array(n, 1.0f);
     GeluCase gc = {test_to_double(inp, n), test_to_double(dout, n), n};
     float *out = poisoned_array(n), *want = malloc(n * sizeof(float));
@@ -437,15 +455,22 @@ static void test_gelu(size_t n) {
 
     float *dinp_want = numeric_grad(gc.inp, n, gelu_objective, &gc);
     float *dinp = poisoned_array(n);
-    gelu_backward(dinp, inp, dout, n);
-    CHECK_CLOSE(dinp, dinp_want, n, BWD_TOL, "gelu_backward n=%zu", n);
-    // in place: dinp and dout the same array
+    gelu_backward(dinp, NULL, NULL, inp, dout, N, OC);
+    CHECK_CLOSE(dinp, dinp_want, n, BWD_TOL, "gelu_backward N=%d OC=%d", N, OC);
+    // in place: dinp and dout the same array; with the bias gradient, added to what was there
     float *inplace = malloc(n * sizeof(float));
     memcpy(inplace, dout, n * sizeof(float));
-    gelu_backward(inplace, inp, inplace, n);
+    float *dbias_before = random_array(OC, 1.0f), *dbias = malloc(OC * sizeof(float));
+    memcpy(dbias, dbias_before, OC * sizeof(float));
+    void *scratch = dev_malloc(matmul_backward_scratch_size(N, OC), "gelu_backward scratch");
+    gelu_backward(inplace, dbias, scratch, inp, inplace, N, OC);
+    dev_free(scratch);
     CHECK_CLOSE(inplace, dinp, n, 0.0, "gelu_backward with dinp aliasing dout");
+    float *dbias_want = column_sums_want(dbias_before, dinp, N, OC);
+    CHECK_CLOSE(dbias, dbias_want, OC, BWD_TOL, "gelu_backward dbias += colsum(dinp) N=%d OC=%d",
+                N, OC);
     free(inp); free(dout); free(gc.inp); free(gc.dout); free(out); free(want);
-    free(dinp_want); free(dinp); free(inplace);
+    free(dinp_want); free(dinp); free(inplace); free(dbias_before); free(dbias); free(dbias_want);
 }
 
 static void test_residual(size_t n) {
@@ -700,8 +725,8 @@ int main(void) {
     test_matmul(67, 259, 37, 1);  // two row blocks, two depth blocks in forward
     test_matmul(300, 45, 70, 1);  // five row blocks, two depth blocks in dweight
 
-    test_gelu(1);
-    test_gelu(1001);
+    test_gelu(1, 1);
+    test_gelu(7, 143);
     test_residual(1);
     test_residual(1001);
 

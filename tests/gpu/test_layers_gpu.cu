@@ -358,35 +358,58 @@ static void test_layernorm_case(int N, int C) {
     float *dout = host_random(nc, 1.0f);
     float *dinp0 = host_random(nc, 1.0f), *dweight0 = host_random(C, 1.0f), *dbias0 = host_random(C, 1.0f);
     float *dinp = host_copy(dinp0, nc), *dweight = host_copy(dweight0, C), *dbias = host_copy(dbias0, C);
-    cpu_layernorm_backward(dinp, dweight, dbias, NULL, dout, inp, weight, mean, rstd, N, C);
+    cpu_layernorm_backward(dinp, dweight, dbias, NULL, NULL, dout, inp, weight, mean, rstd, N, C);
     floatX *d_dout = dev_bf16(dout, nc), *d_dinp = dev_bf16(dinp0, nc);
     floatX *d_dweight = dev_bf16(dweight0, C), *d_dbias = dev_bf16(dbias0, C);
     void *d_scratch = dev_malloc(layernorm_backward_scratch_size(N, C), "test scratch");
     poison(d_scratch, layernorm_backward_scratch_size(N, C));
-    layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean,
-                       d_rstd, N, C);
+    layernorm_backward(d_dinp, d_dweight, d_dbias, NULL, d_scratch, d_dout, d_inp, d_weight,
+                       d_mean, d_rstd, N, C);
     float *got_dinp = get_bf16(d_dinp, nc), *got_dweight = get_bf16(d_dweight, C), *got_dbias = get_bf16(d_dbias, C);
     expect_close("dinp (+=)", got_dinp, dinp, nc, BF16_TOL);
     expect_close("dweight (+=)", got_dweight, dweight, C, BF16_TOL);
     expect_close("dbias (+=)", got_dbias, dbias, C, BF16_TOL);
 
-    floatX_upload(d_dinp, dinp0, nc);
-    floatX_upload(d_dweight, dweight0, C);
-    floatX_upload(d_dbias, dbias0, C);
-    layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean,
-                       d_rstd, N, C);
+    // with dproj_bias: += the column sums of dinp as it leaves (the bias gradient of the
+    // projection before the residual add), twice for the same bits
+    float *dproj0 = host_random(C, 1.0f), *dproj = host_copy(dproj0, C);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) dproj[c] += dinp[(size_t)i * C + c];
+    floatX *d_dproj = dev_bf16(dproj0, C);
+    float *again[2][4];
+    for (int run = 0; run < 2; run++) {
+        floatX_upload(d_dinp, dinp0, nc);
+        floatX_upload(d_dweight, dweight0, C);
+        floatX_upload(d_dbias, dbias0, C);
+        floatX_upload(d_dproj, dproj0, C);
+        layernorm_backward(d_dinp, d_dweight, d_dbias, d_dproj, d_scratch, d_dout, d_inp,
+                           d_weight, d_mean, d_rstd, N, C);
+        again[run][0] = get_bf16(d_dinp, nc);
+        again[run][1] = get_bf16(d_dweight, C);
+        again[run][2] = get_bf16(d_dbias, C);
+        again[run][3] = get_bf16(d_dproj, C);
+    }
     dev_free(d_scratch);
-    float *again_dinp = get_bf16(d_dinp, nc), *again_dweight = get_bf16(d_dweight, C), *again_dbias = get_bf16(d_dbias, C);
-    expect_identical("dinp deterministic", again_dinp, got_dinp, nc);
-    expect_identical("dweight deterministic", again_dweight, got_dweight, C);
-    expect_identical("dbias deterministic", again_dbias, got_dbias, C);
+    expect_identical("dinp, with dproj_bias", again[0][0], got_dinp, nc);
+    expect_close("dweight (+=), with dproj_bias", again[0][1], dweight, C, BF16_TOL);
+    expect_close("dbias (+=), with dproj_bias", again[0][2], dbias, C, BF16_TOL);
+    expect_close("dproj_bias (+= colsum(dinp))", again[0][3], dproj, C, BF16_TOL);
+    const char *names[4] = {"dinp deterministic", "dweight deterministic",
+                            "dbias deterministic", "dproj_bias deterministic"};
+    const size_t sizes[4] = {nc, (size_t)C, (size_t)C, (size_t)C};
+    for (int k = 0; k < 4; k++) {
+        expect_identical(names[k], again[1][k], again[0][k], sizes[k]);
+        free(again[0][k]);
+        free(again[1][k]);
+    }
 
     dev_free(d_inp); dev_free(d_weight); dev_free(d_bias); dev_free(d_out); dev_free(d_mean);
     dev_free(d_rstd); dev_free(d_dout); dev_free(d_dinp); dev_free(d_dweight); dev_free(d_dbias);
+    dev_free(d_dproj);
     free(inp); free(weight); free(bias); free(out); free(mean); free(rstd); free(got_out);
     free(got_mean); free(got_rstd); free(dout); free(dinp0); free(dweight0); free(dbias0);
     free(dinp); free(dweight); free(dbias); free(got_dinp); free(got_dweight); free(got_dbias);
-    free(again_dinp); free(again_dweight); free(again_dbias);
+    free(dproj0); free(dproj);
 }
 
 static void test_layernorm(void) {
@@ -459,6 +482,40 @@ static void test_matmul_case(int N, int C, int OC, bool with_bias, int bias_misa
     free(got_dbias); free(again_dweight); free(again_dbias);
 }
 
+// Above matmul.cu's tuning size a plan times the heuristic's candidates and keeps the fastest
+// with the bits of the first: the outputs with tuning (MATMUL_TUNE unset, its default) are the
+// bits of those without (MATMUL_TUNE=0, its own plans), and right against the CPU.
+static void test_matmul_tuned(int N, int C, int OC) {
+    printf("  matmul N=%d C=%d OC=%d, tuned against the heuristic's first\n", N, C, OC);
+    test_matmul_case(N, C, OC, true);
+    const size_t nc = (size_t)N * C, no = (size_t)N * OC, oc = (size_t)OC * C;
+    float *inp = host_random(nc, 1.0f), *weight = host_random(oc, 1.0f);
+    float *bias = host_random(OC, 1.0f), *dout = host_random(no, 1.0f);
+    floatX *d_inp = dev_bf16(inp, nc), *d_weight = dev_bf16(weight, oc), *d_bias = dev_bf16(bias, OC);
+    floatX *d_dout = dev_bf16(dout, no), *d_dweight = dev_bf16(NULL, oc);
+    floatX *d_out = dev_bf16(NULL, no), *d_dinp = dev_bf16(NULL, nc);
+    float *out[2], *dinp[2];
+    for (int tuned = 0; tuned < 2; tuned++) {
+        if (tuned) unsetenv("MATMUL_TUNE");
+        else setenv("MATMUL_TUNE", "0", 1);
+        poison(d_out, no * sizeof(floatX));
+        poison(d_dinp, nc * sizeof(floatX));
+        matmul_forward(d_out, d_inp, d_weight, d_bias, N, C, OC);
+        matmul_backward(d_dinp, d_dweight, NULL, NULL, d_dout, d_inp, d_weight, N, C, OC);
+        out[tuned] = get_bf16(d_out, no);
+        dinp[tuned] = get_bf16(d_dinp, nc);
+    }
+    expect_identical("forward, tuned: the heuristic's first's bits", out[1], out[0], no);
+    expect_identical("dinp, tuned: the heuristic's first's bits", dinp[1], dinp[0], nc);
+    dev_free(d_inp); dev_free(d_weight); dev_free(d_bias); dev_free(d_dout); dev_free(d_dweight);
+    dev_free(d_out); dev_free(d_dinp);
+    free(inp); free(weight); free(bias); free(dout);
+    for (int t = 0; t < 2; t++) {
+        free(out[t]);
+        free(dinp[t]);
+    }
+}
+
 static void test_matmul(void) {
     test_matmul_case(37, 768, 2304, true);   // qkv
     test_matmul_case(128, 768, 768, true);   // attention projection
@@ -469,39 +526,68 @@ static void test_matmul(void) {
     test_matmul_case(37, 768, 768, true, 1); // the bias apart from the GEMM
     test_matmul_case(33, 40, 24, true);
     test_matmul_case(33, 36, 20, true);      // rows not 16-byte multiples: cuBLASLt's slow paths
+    test_matmul_tuned(4096, 768, 3072);      // fc at B=4: both products above the tuning size
+    test_matmul_tuned(4096, 3072, 768);      // fc projection
 }
 
 // ----------------------------------------------------------------------------------------
 // gelu and residual
 
-static void test_gelu_case(size_t n, int misalign) {
-    printf("  gelu n=%zu%s\n", n, misalign ? " (misaligned by one element)" : "");
+static void test_gelu_case(int N, int OC, int misalign) {
+    const size_t n = (size_t)N * OC;
+    printf("  gelu N=%d OC=%d%s\n", N, OC, misalign ? " (misaligned by one element)" : "");
     float *inp = host_random(n, 4.0f), *dout = host_random(n, 1.0f);
     float *out = host_alloc(n), *dinp = host_alloc(n);
+    float *dbias0 = host_random(OC, 1.0f), *dbias = host_copy(dbias0, OC);
     cpu_gelu_forward(out, inp, n);
-    cpu_gelu_backward(dinp, inp, dout, n);
+    cpu_gelu_backward(dinp, dbias, NULL, inp, dout, N, OC);
     floatX *d_inp = dev_bf16(inp, n, misalign), *d_out = dev_bf16(NULL, n, misalign);
-    floatX *d_dout = dev_bf16(dout, n, misalign);
+    floatX *d_dout = dev_bf16(dout, n, misalign), *d_dbias = dev_bf16(dbias0, OC);
     poison(d_out, n * sizeof(floatX));
     gelu_forward(d_out, d_inp, n);
     float *got = get_bf16(d_out, n);
     expect_close("forward", got, out, n, BF16_TOL);
     poison(d_out, n * sizeof(floatX));
-    gelu_backward(d_out, d_inp, d_dout, n);
+    float *dbias_start = get_bf16(d_dbias, OC);
+    gelu_backward(d_out, NULL, NULL, d_inp, d_dout, N, OC);
     float *got_dinp = get_bf16(d_out, n);
     expect_close("backward", got_dinp, dinp, n, BF16_TOL);
-    gelu_backward(d_dout, d_inp, d_dout, n);   // in place: dinp aliases dout
-    float *got_inplace = get_bf16(d_dout, n);
-    expect_close("backward in place", got_inplace, dinp, n, BF16_TOL);
+    float *dbias_after = get_bf16(d_dbias, OC);
+    expect_identical("bias left alone without dbias", dbias_after, dbias_start, OC);
+    free(dbias_start);
+    free(dbias_after);
+    // in place (dinp aliases dout), with the bias gradient in the same pass, twice for the bits
+    const size_t scratch_bytes = matmul_backward_scratch_size(N, OC);
+    void *d_scratch = dev_malloc(scratch_bytes, "test scratch");
+    float *got_inplace[2], *got_dbias[2];
+    for (int run = 0; run < 2; run++) {
+        floatX_upload(d_dout, dout, n);
+        floatX_upload(d_dbias, dbias0, OC);
+        poison(d_scratch, scratch_bytes);
+        gelu_backward(d_dout, d_dbias, d_scratch, d_inp, d_dout, N, OC);
+        got_inplace[run] = get_bf16(d_dout, n);
+        got_dbias[run] = get_bf16(d_dbias, OC);
+    }
+    dev_free(d_scratch);
+    expect_identical("backward in place with dbias: dinp as without", got_inplace[0], got_dinp, n);
+    expect_close("dbias (+= colsum(dinp))", got_dbias[0], dbias, OC, BF16_TOL);
+    expect_identical("dbias deterministic", got_dbias[1], got_dbias[0], OC);
     dev_free(d_inp - misalign); dev_free(d_out - misalign); dev_free(d_dout - misalign);
-    free(inp); free(dout); free(out); free(dinp); free(got); free(got_dinp); free(got_inplace);
+    dev_free(d_dbias);
+    free(inp); free(dout); free(out); free(dinp); free(got); free(got_dinp); free(dbias0);
+    free(dbias);
+    for (int run = 0; run < 2; run++) {
+        free(got_inplace[run]);
+        free(got_dbias[run]);
+    }
 }
 
 static void test_gelu(void) {
-    test_gelu_case((size_t)37 * 3072 + 5, 0);
-    test_gelu_case(1000003, 1);
-    test_gelu_case(7, 0);
-    test_gelu_case((size_t)4 * 1024 * 3072, 0);
+    test_gelu_case(37, 3072, 0);
+    test_gelu_case(1000003, 1, 1);      // one column: misaligned, the scalar path
+    test_gelu_case(7, 1, 0);
+    test_gelu_case(4 * 1024, 3072, 0);  // a B=4 step's fc
+    test_gelu_case(65, 20, 0);          // OC % 8 != 0: the scalar path
 }
 
 static void test_residual_case(size_t n, int misalign) {
