@@ -16,12 +16,14 @@ void add_column_sums(ColumnSumsDst dst, int parts, int part_width, const float *
                      int slices);
 
 // ---- column sums of a matrix made row by row: column_sums<VEC>(dst, partial, rows, N, width) ---
-// dst (width) += colsum of the (N, width) matrix whose values rows(x, row, col) gives, VEC
-// consecutive columns at a time: it loads them (a bias gradient of a stored dout) or computes
-// and stores them too (gelu_backward's dinp), so the sum costs no pass of its own.
+// dst (width) += colsum of the (N, width) matrix whose values rows(x, row, stride, valid, col)
+// gives: x[r][0..VEC) = columns col.. of row + r * stride, for r < valid, VEC consecutive
+// columns of COLUMN_ROWS_IN_FLIGHT rows at a time (all their loads issued before any use). It
+// loads them (a bias gradient of a stored dout) or computes and stores them too
+// (gelu_backward's dinp), so the sum costs no pass of its own.
 // Blocks of (32, COLUMN_ROW_LANES) threads: block (x, y) covers columns 32*VEC*x.. and the
-// row slice y; lane y of a column sums rows y, y + COLUMN_ROW_LANES, ... of the slice.
-enum { COLUMN_ROW_LANES = 8 };
+// row slice y; lane y of a column sums rows y, y + COLUMN_ROW_LANES, ... of the slice, in order.
+enum { COLUMN_ROW_LANES = 8, COLUMN_ROWS_IN_FLIGHT = 2 };
 
 // the grid at (N, width), vec columns a thread: col_blocks x slices, about 8 blocks an SM in
 // all, each slice at least 64 rows (rows_per_block). slices is at most max_slices, which never
@@ -42,11 +44,19 @@ __global__ void __launch_bounds__(32 * COLUMN_ROW_LANES)
     const int row_end = min(N, row_begin + rows_per_block);
     float acc[VEC] = {};
     if (col < width) {
-        for (int row = row_begin + threadIdx.y; row < row_end; row += COLUMN_ROW_LANES) {
-            float x[VEC];
-            rows(x, row, col);
+        // COLUMN_ROWS_IN_FLIGHT rows a round, their loads issued together; added in row order
+        for (int row = row_begin + threadIdx.y; row < row_end;
+             row += COLUMN_ROWS_IN_FLIGHT * COLUMN_ROW_LANES) {
+            const int valid =
+                min(COLUMN_ROWS_IN_FLIGHT, (row_end - row + COLUMN_ROW_LANES - 1) / COLUMN_ROW_LANES);
+            float x[COLUMN_ROWS_IN_FLIGHT][VEC];
+            rows(x, row, COLUMN_ROW_LANES, valid, col);
 #pragma unroll
-            for (int k = 0; k < VEC; k++) acc[k] += x[k];
+            for (int r = 0; r < COLUMN_ROWS_IN_FLIGHT; r++) {
+                if (r >= valid) break;
+#pragma unroll
+                for (int k = 0; k < VEC; k++) acc[k] += x[r][k];
+            }
         }
     }
 #pragma unroll
@@ -77,8 +87,14 @@ void column_sums(bf16 *dst, float *partial, Rows rows, int N, int width) {
 struct StoredRows {
     const bf16 *x;
     int width;
-    template <int VEC>
-    __device__ void operator()(float (&v)[VEC], int row, int col) const {
-        load_bf16<VEC>(v, x + (size_t)row * width + col);
+    template <int VEC, int R>
+    __device__ void operator()(float (&v)[R][VEC], int row, int stride, int valid, int col) const {
+        typename BF16Raw<VEC>::type raw[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < valid) raw[r] = load_bf16_raw<VEC>(x + (size_t)(row + r * stride) * width + col);
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < valid) unpack_bf16<VEC>(v[r], raw[r]);
     }
 };

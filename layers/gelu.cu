@@ -54,16 +54,28 @@ struct GeluBackwardRows {
     bf16 *dinp;
     const bf16 *inp, *dout;
     int width;
-    template <int VEC>
-    __device__ void operator()(float (&d)[VEC], int row, int col) const {
-        const size_t i = (size_t)row * width + col;
-        float x[VEC], dy[VEC];
-        load_bf16<VEC>(x, inp + i);
-        load_bf16<VEC>(dy, dout + i);
+    template <int VEC, int R>
+    __device__ void operator()(float (&d)[R][VEC], int row, int stride, int valid, int col) const {
+        typedef typename BF16Raw<VEC>::type Raw;
+        Raw x_raw[R], dy_raw[R];
 #pragma unroll
-        for (int k = 0; k < VEC; k++)
-            d[k] = __bfloat162float(__float2bfloat16_rn(gelu_derivative(x[k]) * dy[k]));
-        store_bf16<VEC>(dinp + i, d);
+        for (int r = 0; r < R; r++) {
+            if (r >= valid) break;
+            const size_t i = (size_t)(row + r * stride) * width + col;
+            x_raw[r] = load_bf16_raw<VEC>(inp + i);
+            dy_raw[r] = load_bf16_raw<VEC>(dout + i);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r >= valid) break;
+            float x[VEC], dy[VEC];
+            unpack_bf16<VEC>(x, x_raw[r]);
+            unpack_bf16<VEC>(dy, dy_raw[r]);
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                d[r][k] = __bfloat162float(__float2bfloat16_rn(gelu_derivative(x[k]) * dy[k]));
+            store_bf16<VEC>(dinp + (size_t)(row + r * stride) * width + col, d[r]);
+        }
     }
 };
 

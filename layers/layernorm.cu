@@ -128,7 +128,7 @@ void layernorm_residual_forward(floatX *residual, floatX *out, float *mean, floa
 //   dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd
 //   dweight += norm * dout, dbias += dout (summed over rows)
 
-enum { LN_BACKWARD_THREADS = 128, LN_BACKWARD_UNROLL = 2 };
+enum { LN_BACKWARD_THREADS = 128, LN_BACKWARD_UNROLL = 4 };
 
 // SUMS column sums: dweight, dbias and, when SUMS = 3, dinp's as it leaves (dproj_bias).
 // Shared memory: per warp, SUMS accumulators of C floats each, stored as [k][v] for channel
@@ -156,15 +156,38 @@ __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
         bf16 *dx = dinp + (size_t)row * C;
         const float m = mean[row], s = rstd[row];
 
-        // the pass that reads x and dout from DRAM: LN_BACKWARD_UNROLL vectors of each in flight
+        // dx (and the column sums) of vector v of the row, from its values
+        auto finish = [&](int v, const float (&xv)[VEC], const float (&dyv)[VEC], float (&dxv)[VEC],
+                          float dnorm_mean, float dnorm_norm_mean) {
+            float w[VEC];
+            load_bf16<VEC>(w, weight + v * VEC);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float norm = (xv[k] - m) * s;
+                dxv[k] += (w[k] * dyv[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
+                dweight_acc[k * nvec + v] += norm * dyv[k];
+                dbias_acc[k * nvec + v] += dyv[k];
+                // as stored: the sum a separate pass over dinp would make
+                if (SUMS == 3) dproj_acc[k * nvec + v] += __bfloat162float(__float2bfloat16_rn(dxv[k]));
+            }
+            store_bf16<VEC>(dx + v * VEC, dxv);
+        };
+
+        // The pass that reads the row from DRAM, LN_BACKWARD_UNROLL vectors of x and dout (and
+        // of dx, when the row fits: then in registers for the second pass) in flight a lane. A
+        // row of up to 32 * LN_BACKWARD_UNROLL vectors (C <= 1024 at VEC = 8) is read once; a
+        // longer one is read again, from L1 or L2, by the second pass.
+        const bool in_registers = nvec <= 32 * LN_BACKWARD_UNROLL;
+        typedef typename BF16Raw<VEC>::type Raw;
+        Raw x_raw[LN_BACKWARD_UNROLL], dy_raw[LN_BACKWARD_UNROLL], dx_raw[LN_BACKWARD_UNROLL];
         float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
         for (int base = lane; base < nvec; base += 32 * LN_BACKWARD_UNROLL) {
-            typename BF16Raw<VEC>::type x_raw[LN_BACKWARD_UNROLL], dy_raw[LN_BACKWARD_UNROLL];
 #pragma unroll
             for (int u = 0; u < LN_BACKWARD_UNROLL; u++) {
                 if (base + 32 * u < nvec) {
                     x_raw[u] = load_bf16_raw<VEC>(x + (base + 32 * u) * VEC);
                     dy_raw[u] = load_bf16_raw<VEC>(dy + (base + 32 * u) * VEC);
+                    if (in_registers) dx_raw[u] = load_bf16_raw<VEC>(dx + (base + 32 * u) * VEC);
                 }
             }
 #pragma unroll
@@ -186,22 +209,25 @@ __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
         const float dnorm_mean = warp_allreduce_sum(dnorm_sum) / C;
         const float dnorm_norm_mean = warp_allreduce_sum(dnorm_norm_sum) / C;
 
-        for (int v = lane; v < nvec; v += 32) {
-            float xv[VEC], dyv[VEC], w[VEC], dxv[VEC];
-            load_bf16<VEC>(xv, x + v * VEC);
-            load_bf16<VEC>(dyv, dy + v * VEC);
-            load_bf16<VEC>(w, weight + v * VEC);
-            load_bf16<VEC>(dxv, dx + v * VEC);
+        if (in_registers) {
 #pragma unroll
-            for (int k = 0; k < VEC; k++) {
-                float norm = (xv[k] - m) * s;
-                dxv[k] += (w[k] * dyv[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
-                dweight_acc[k * nvec + v] += norm * dyv[k];
-                dbias_acc[k * nvec + v] += dyv[k];
-                // as stored: the sum a separate pass over dinp would make
-                if (SUMS == 3) dproj_acc[k * nvec + v] += __bfloat162float(__float2bfloat16_rn(dxv[k]));
+            for (int u = 0; u < LN_BACKWARD_UNROLL; u++) {
+                const int v = lane + 32 * u;
+                if (v >= nvec) break;
+                float xv[VEC], dyv[VEC], dxv[VEC];
+                unpack_bf16<VEC>(xv, x_raw[u]);
+                unpack_bf16<VEC>(dyv, dy_raw[u]);
+                unpack_bf16<VEC>(dxv, dx_raw[u]);
+                finish(v, xv, dyv, dxv, dnorm_mean, dnorm_norm_mean);
             }
-            store_bf16<VEC>(dx + v * VEC, dxv);
+        } else {
+            for (int v = lane; v < nvec; v += 32) {
+                float xv[VEC], dyv[VEC], dxv[VEC];
+                load_bf16<VEC>(xv, x + v * VEC);
+                load_bf16<VEC>(dyv, dy + v * VEC);
+                load_bf16<VEC>(dxv, dx + v * VEC);
+                finish(v, xv, dyv, dxv, dnorm_mean, dnorm_norm_mean);
+            }
         }
     }
     __syncthreads();
