@@ -21,10 +21,10 @@ GROUPS = [
     ("attention: dQ convert", r"flash_dq_convert|dq|dQ"),
     ("attention: other cuDNN", r"cudnn|sdpa|fmha"),
     ("GEMMs", r"nvjet|gemm|cutlass|sm90_xmma|ampere_|Kernel2"),
-    ("GELU", r"gelu"),
+    ("GELU", r"(?i)gelu"),   # ours: the backward is column_partial_sums_kernel<8, GeluBackwardRows>
     ("layernorm", r"layernorm"),
     ("LM head softmax / cross-entropy", r"crossentropy|fused_classifier|loss_mean"),
-    ("bias gradients", r"bias|column_sums|reduce_add_sum"),
+    ("bias gradients", r"bias|column_sums|column_partial_sums|reduce_add_sum"),
     ("residual", r"residual"),
     ("AdamW, norm, encoder, other", r"."),
 ]
