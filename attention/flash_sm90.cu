@@ -8,13 +8,15 @@
 // (wgmma and setmaxnreg exist only there), while flash.cu is built for CUDA_ARCH. flash.cu calls
 // flash_sm90_forward when flash_sm90_enabled() says the device is compute capability 9.0.
 //
-// ---- the tile picture: one CTA = one query tile of BR = 64 x CONSUMERS rows of one head --------
-// (CONSUMERS = 2, BR = 128, drawn; 3 and 192 at HS=64 beyond T=1024, see Shape)
+// ---- the tile picture: one work item = one query tile of BR = 64 x CONSUMERS rows of one head ---
+// (CONSUMERS = 2, BR = 128, drawn; 3 and 192 at HS=64 beyond T=1024, see Shape). A CTA does one
+// item, or, at T <= 2048 (persistent: one CTA per SM), one item after another: the picture
+// repeats per item, Q in one of two slots (one at HS = 128), the K/V ring running on.
 //
 //   global qkv ──TMA──► shared memory                            registers (per consumer warpgroup)
 //                       ┌─────────────┐
 //   Q rows q0..q0+127 ─►│ Q  128 x HS │── rows 0-63 ──► consumer 0 ─┐  S = QK^T 64x128 fp32 (wgmma,
-//     (once)            │             │── rows 64-127 ► consumer 1 ─┤        Q and K from shared)
+//     (once an item)    │             │── rows 64-127 ► consumer 1 ─┤        Q and K from shared)
 //                       ├─────────────┤                             │  online softmax: m, l, P=exp2
 //   K, V tile j    ───► │ stage j % S │  full[s]: TMA bytes landed  │  P -> bf16 A-operand regs
 //     (128 rows)        │  K 128 x HS │ ◄────────────────────────── │  O += P V  64xHS fp32 (wgmma,
@@ -73,6 +75,11 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #ifndef FLASH_SM90_PINGPONG
 #define FLASH_SM90_PINGPONG 1
 #endif
+// The forward's grid (forward_launch): one CTA per SM (persistent) up to this T, one CTA per
+// item beyond (0: never persistent, to time against)
+#ifndef FLASH_SM90_FWD_PERSISTENT_T
+#define FLASH_SM90_FWD_PERSISTENT_T 2048
+#endif
 // The backward's grid (backward_launch): 1, one CTA per SM, each taking work items from a
 // counter (persistent); 0, one CTA per item, to time against.
 #ifndef FLASH_SM90_PERSISTENT
@@ -96,7 +103,11 @@ struct Shape {
     static constexpr int Q_BYTES = BR * HS * 2;
     static constexpr int KV_BYTES = kBC * HS * 2;     // one K or one V tile
     // + 1024: the dynamic shared memory is aligned up to 1024 bytes (the swizzle's period)
-    static constexpr size_t SMEM = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES;
+    static constexpr size_t KV_SMEM = 1024 + 2 * STAGES * KV_BYTES;
+    // Q tiles: two where they fit (a persistent CTA loads its next item's Q while its consumers
+    // finish the last), else one (HS = 128: loaded once the last item's last S is done)
+    static constexpr int Q_SLOTS = KV_SMEM + 2 * Q_BYTES <= 227 * 1024 ? 2 : 1;
+    static constexpr size_t SMEM = KV_SMEM + Q_SLOTS * Q_BYTES;
     static_assert(SMEM <= 227 * 1024, "shared memory of one CTA");
     static_assert(CONSUMER_REGS <= 256, "setmaxnreg takes at most 256");
 };
@@ -120,9 +131,13 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBC / 2], float (&m)[2
 }
 
 // ================================================================================================
-// The kernel. Grid: (query tiles) x (B*NH), 1-D, the last query tiles of every head (the most
-// key tiles under the causal mask) first, so that the short ones fill the tail. One CTA per SM
-// (shared memory and registers both allow only one).
+// The kernel. Work items: (query tiles) x (B*NH), numbered the last query tiles of every head
+// (the most key tiles under the causal mask) first, so that the short ones fill the tail. One CTA
+// per SM (shared memory and registers both allow only one). CTA i takes items i, i + gridDim.x,
+// i + 2 gridDim.x, ...: with a grid of one CTA per item each does one; with one CTA per SM
+// (persistent, forward_launch at short T) each does several, and the next item's Q and first
+// K, V tiles load while the consumers finish the last item's tiles and write its O. At T=1,024 an
+// item is 4.5 key/value tiles on average, and a CTA's start and end, unoverlapped, weigh most.
 // ================================================================================================
 template <int HS, int CONSUMERS_>
 __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
@@ -130,30 +145,44 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
                               const __grid_constant__ CUtensorMap kv_map, bf16 *__restrict__ out,
                               float *__restrict__ logsumexp, int T, int NH, int BNH, int q_tiles,
                               float scale_log2) {
-    // Stages (the tile picture at the top of the file):
-    //   producer: Q once; K, V tile j into ring stage RingSlot(j), once its consumers released it
+    // Stages (the tile picture at the top of the file), per item:
+    //   producer: Q into slot n % Q_SLOTS once its consumers released it; K, V tile j into stage
+    //     RingSlot(ring), ring counting the CTA's tiles over all its items
     //   consumer c (query rows 64c..): S_j = Q K_j^T -> causal_mask (diagonal tiles) ->
-    //     online_softmax -> P_j (bf16), while O += P_{j-1} V_{j-1} runs; rescale O; release j-1
-    //   store_o: O / l, logsumexp
+    //     online_softmax -> P_j (bf16), while O += P_{j-1} V_{j-1} runs; rescale O; release j-1;
+    //     release Q after the last S; store_o: O / l, logsumexp
     using S = Shape<HS, CONSUMERS_>;
     constexpr int STAGES = S::STAGES, BR = S::BR, CONSUMERS = S::CONSUMERS;
     extern __shared__ unsigned char smem_raw[];
-    __shared__ uint64_t q_full, kv_full[STAGES], kv_empty[STAGES];
-    const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;   // Q tile [panel][BR][64]
-    const uint32_t sK = sQ + S::Q_BYTES;             // K stages [STAGES][panel][128][64]
+    constexpr int Q_SLOTS = S::Q_SLOTS;
+    __shared__ uint64_t q_full[Q_SLOTS], q_empty[Q_SLOTS], kv_full[STAGES], kv_empty[STAGES];
+    const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;   // Q tiles [Q_SLOTS][panel][BR][64]
+    const uint32_t sK = sQ + Q_SLOTS * S::Q_BYTES;   // K stages [STAGES][panel][128][64]
     const uint32_t sV = sK + STAGES * S::KV_BYTES;   // V stages, the same
+    const int items = q_tiles * BNH;
 
-    const int bh = blockIdx.x % BNH;
-    const int q_tile = q_tiles - 1 - blockIdx.x / BNH;   // heaviest tiles first
-    const int b = bh / NH, h = bh % NH;
-    const int q0 = q_tile * BR;
-    const int kv_tiles = (min(q0 + BR, T) + kBC - 1) / kBC;   // causal: keys < q0 + BR
+    struct Item {
+        int b, h, bh, q0, kv_tiles;
+    };
+    auto item = [&](int t) {
+        Item it;
+        it.bh = t % BNH;
+        const int q_tile = q_tiles - 1 - t / BNH;   // heaviest tiles first
+        it.b = it.bh / NH;
+        it.h = it.bh % NH;
+        it.q0 = q_tile * BR;
+        it.kv_tiles = (min(it.q0 + BR, T) + kBC - 1) / kBC;   // causal: keys < q0 + BR
+        return it;
+    };
     // the warpgroup, broadcast from lane 0 so that the compiler knows it is warp-uniform and keeps
     // what derives from it (operand addresses, wgmma descriptors) in uniform registers
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
 
     if (threadIdx.x == 0) {
-        mbar_init(&q_full, 1);
+        for (int q = 0; q < Q_SLOTS; q++) {
+            mbar_init(&q_full[q], 1);
+            mbar_init(&q_empty[q], 128 * CONSUMERS);
+        }
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&kv_full[s], 1);
             mbar_init(&kv_empty[s], 128 * CONSUMERS);
@@ -168,105 +197,129 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         // have BR rows, kv_map's kBC)
         setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x == 0) {
-            mbar_arrive_expect_tx(&q_full, S::Q_BYTES);
-            for (int p = 0; p < S::PANELS; p++)
-                tma_load_4d(sQ + p * BR * kRowBytes, &q_map, &q_full, p * kPanelCols, h, q0, b);
-            for (int j = 0; j < kv_tiles; j++) {
-                const RingSlot<STAGES> slot(j);
-                const int st = slot.stage;
-                mbar_wait(&kv_empty[st], slot.parity ^ 1);   // round 0 passes at once
-                mbar_arrive_expect_tx(&kv_full[st], 2 * S::KV_BYTES);
-                const uint32_t k_dst = sK + st * S::KV_BYTES, v_dst = sV + st * S::KV_BYTES;
-                for (int p = 0; p < S::PANELS; p++) {
-                    const uint32_t off = p * kBC * kRowBytes;
-                    tma_load_4d(k_dst + off, &kv_map, &kv_full[st], p * kPanelCols, NH + h,
-                                j * kBC, b);
-                    tma_load_4d(v_dst + off, &kv_map, &kv_full[st], p * kPanelCols, 2 * NH + h,
-                                j * kBC, b);
+            int ring = 0;
+            for (int n = 0, t = blockIdx.x; t < items; n++, t += gridDim.x) {
+                const Item it = item(t);
+                const RingSlot<Q_SLOTS> qs(n);
+                mbar_wait(&q_empty[qs.stage], qs.parity ^ 1);   // round 0 passes at once
+                mbar_arrive_expect_tx(&q_full[qs.stage], S::Q_BYTES);
+                for (int p = 0; p < S::PANELS; p++)
+                    tma_load_4d(sQ + qs.stage * S::Q_BYTES + p * BR * kRowBytes, &q_map,
+                                &q_full[qs.stage], p * kPanelCols, it.h, it.q0, it.b);
+                for (int j = 0; j < it.kv_tiles; j++, ring++) {
+                    const RingSlot<STAGES> slot(ring);
+                    const int st = slot.stage;
+                    mbar_wait(&kv_empty[st], slot.parity ^ 1);   // round 0 passes at once
+                    mbar_arrive_expect_tx(&kv_full[st], 2 * S::KV_BYTES);
+                    const uint32_t k_dst = sK + st * S::KV_BYTES, v_dst = sV + st * S::KV_BYTES;
+                    for (int p = 0; p < S::PANELS; p++) {
+                        const uint32_t off = p * kBC * kRowBytes;
+                        tma_load_4d(k_dst + off, &kv_map, &kv_full[st], p * kPanelCols,
+                                    NH + it.h, j * kBC, it.b);
+                        tma_load_4d(v_dst + off, &kv_map, &kv_full[st], p * kPanelCols,
+                                    2 * NH + it.h, j * kBC, it.b);
+                    }
                 }
             }
         }
     } else {
-        // ---- consumer c: query rows q0 + 64c .. q0 + 64c + 63
+        // ---- consumer c: query rows q0 + 64c .. q0 + 64c + 63 of each of the CTA's items
         setmaxnreg_inc<S::CONSUMER_REGS>();
         const int c = wg - 1;
         const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-        const int wg_row0 = q0 + 64 * c;
-        const int row0 = wg_row0 + 16 * warp + lane / 4;   // the thread's rows: row0, row0 + 8
-        const int col0 = 2 * (lane % 4);                   // its first column in each 8-block
-        const uint32_t q = sQ + 64 * c * kRowBytes;
-
-        float s[kBC / 2], o[HS / 2];
-        uint32_t p[kBC / 4];
-        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];   // rows row0, row0 + 8
-#pragma unroll
-        for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
-
-        // S of tile j -> probabilities in s (fp32), with the causal mask where the tile crosses
-        // the diagonal of this warpgroup's rows
-        auto softmax_tile = [&](int j) {
-            const int k0 = j * kBC;
-            if (k0 + kBC - 1 > wg_row0) causal_mask(s, row0, k0 + col0);
-            online_softmax(s, m, l, alpha, scale_log2);
-        };
-        auto to_bf16 = [&]() { pack_a(p, s); };
+        const int col0 = 2 * (lane % 4);   // the thread's first column in each 8-block
 
         // Turns, round robin: consumer c waits on barrier 1 + c before it issues products, then
         // hands over to the next (arrives on its barrier). The last consumer lets consumer 0 go
-        // first and skips its own last hand-over, so that every wait has one arrival to match.
+        // first and skips its own last hand-over of an item, so that every wait has one arrival
+        // to match (an item's turns are balanced: the next item starts the same way).
         auto my_turn = [&]() {
             if (FLASH_SM90_PINGPONG) named_bar_sync(1 + c, 256);
         };
         auto your_turn = [&]() {
             if (FLASH_SM90_PINGPONG) named_bar_arrive(1 + (c + 1) % CONSUMERS, 256);
         };
-        if (c == CONSUMERS - 1) your_turn();
 
-        mbar_wait(&q_full, 0);
-        mbar_wait(&kv_full[0], 0);
-        my_turn();
-        wgmma_fence();
-        gemm_abt<HS, kBC, BR, kBC>(s, q, sK);
-        wgmma_commit();
-        your_turn();
-        wgmma_wait<0>();
-        fence_regs(s);
-        softmax_tile(0);
-        to_bf16();
+        int ring = 0;   // the CTA's key/value tiles over all its items (the ring's stages)
+        for (int n = 0, t = blockIdx.x; t < items; n++, t += gridDim.x) {
+            const Item it = item(t);
+            const RingSlot<Q_SLOTS> qs(n);
+            const int wg_row0 = it.q0 + 64 * c;
+            const int row0 = wg_row0 + 16 * warp + lane / 4;   // the thread's rows: row0, row0 + 8
+            const uint32_t q = sQ + qs.stage * S::Q_BYTES + 64 * c * kRowBytes;
 
-        for (int j = 1; j < kv_tiles; j++) {
-            const RingSlot<STAGES> slot(j);
-            const int st = slot.stage, prev = RingSlot<STAGES>(j - 1).stage;
-            mbar_wait(&kv_full[st], slot.parity);
+            float s[kBC / 2], o[HS / 2];
+            uint32_t p[kBC / 4];
+            float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];   // rows row0, row0 + 8
+#pragma unroll
+            for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
+
+            // S of tile j -> probabilities in s (fp32), with the causal mask where the tile
+            // crosses the diagonal of this warpgroup's rows
+            auto softmax_tile = [&](int j) {
+                const int k0 = j * kBC;
+                if (k0 + kBC - 1 > wg_row0) causal_mask(s, row0, k0 + col0);
+                online_softmax(s, m, l, alpha, scale_log2);
+            };
+            auto to_bf16 = [&]() { pack_a(p, s); };
+            // Q is read by the S products only: released once the item's last S is done
+            auto release_q = [&](int j) {
+                if (j == it.kv_tiles - 1) mbar_arrive(&q_empty[qs.stage]);
+            };
+
+            if (c == CONSUMERS - 1) your_turn();
+            mbar_wait(&q_full[qs.stage], qs.parity);
+            const RingSlot<STAGES> first(ring);
+            mbar_wait(&kv_full[first.stage], first.parity);
             my_turn();
             wgmma_fence();
-            gemm_abt<HS, kBC, BR, kBC>(s, q, sK + st * S::KV_BYTES);
-            wgmma_commit();
-            gemm_rab<HS, kBC, kBC>(o, p, sV + prev * S::KV_BYTES);
+            gemm_abt<HS, kBC, BR, kBC>(s, q, sK + first.stage * S::KV_BYTES);
             wgmma_commit();
             your_turn();
-            wgmma_wait<1>();   // S_j is done; P_{j-1} V_{j-1} may still run
+            wgmma_wait<0>();
             fence_regs(s);
-            softmax_tile(j);
+            release_q(0);
+            softmax_tile(0);
+            to_bf16();
+
+            for (int j = 1; j < it.kv_tiles; j++) {
+                const RingSlot<STAGES> slot(ring + j);
+                const int st = slot.stage, prev = RingSlot<STAGES>(ring + j - 1).stage;
+                mbar_wait(&kv_full[st], slot.parity);
+                my_turn();
+                wgmma_fence();
+                gemm_abt<HS, kBC, BR, kBC>(s, q, sK + st * S::KV_BYTES);
+                wgmma_commit();
+                gemm_rab<HS, kBC, kBC>(o, p, sV + prev * S::KV_BYTES);
+                wgmma_commit();
+                your_turn();
+                wgmma_wait<1>();   // S_j is done; P_{j-1} V_{j-1} may still run
+                fence_regs(s);
+                release_q(j);
+                softmax_tile(j);
+                wgmma_wait<0>();
+                fence_regs(o);
+                fence_regs(p);
+                mbar_arrive(&kv_empty[prev]);
+                rescale(o, 0, alpha[0]);
+                rescale(o, 1, alpha[1]);
+                to_bf16();
+            }
+            const int last = RingSlot<STAGES>(ring + it.kv_tiles - 1).stage;
+            my_turn();
+            wgmma_fence();
+            gemm_rab<HS, kBC, kBC>(o, p, sV + last * S::KV_BYTES);
+            wgmma_commit();
+            if (c != CONSUMERS - 1) your_turn();
             wgmma_wait<0>();
             fence_regs(o);
-            fence_regs(p);
-            mbar_arrive(&kv_empty[prev]);
-            rescale(o, 0, alpha[0]);
-            rescale(o, 1, alpha[1]);
-            to_bf16();
-        }
-        my_turn();
-        wgmma_fence();
-        gemm_rab<HS, kBC, kBC>(o, p, sV + RingSlot<STAGES>(kv_tiles - 1).stage * S::KV_BYTES);
-        wgmma_commit();
-        if (c != CONSUMERS - 1) your_turn();
-        wgmma_wait<0>();
-        fence_regs(o);
-        // (the last stage needs no release: nothing more is loaded)
+            mbar_arrive(&kv_empty[last]);   // the next item's tiles may load into it
+            ring += it.kv_tiles;
 
-        // O /= l, logsumexp
-        store_o(FwdOut{out, logsumexp, b, h, bh, NH, HS, T}, o, m, l, row0, lane % 4, scale_log2);
+            // O /= l, logsumexp
+            store_o(FwdOut{out, logsumexp, it.b, it.h, it.bh, NH, HS, T}, o, m, l, row0, lane % 4,
+                    scale_log2);
+        }
     }
 }
 
@@ -767,7 +820,12 @@ void forward_launch(bf16 *out, float *logsumexp, const bf16 *qkv, int B, int T, 
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     const CUtensorMap q_map = *qkv_tensor_map(qkv, B, T, NH, HS, S::BR);
     const CUtensorMap kv_map = *qkv_tensor_map(qkv, B, T, NH, HS, kBC);
-    const int blocks = q_tiles * B * NH;
+    // Persistent (one CTA per SM, each taking every gridDim.x-th item) where items are short,
+    // T <= FLASH_SM90_FWD_PERSISTENT_T: a CTA's start and end then weigh most. Beyond, one CTA
+    // per item: items differ in length by up to T / kBC tiles, and a fixed share of them would
+    // leave SMs idle at the end (the backward's first persistent grid measured that, docs/PERF.md).
+    const int items = q_tiles * B * NH;
+    const int blocks = T <= FLASH_SM90_FWD_PERSISTENT_T && items > cuda_num_sms ? cuda_num_sms : items;
     flash_forward_sm90_kernel<HS, CONSUMERS><<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(
         q_map, kv_map, out, logsumexp, T, NH, B * NH, q_tiles, scale_log2);
     LAUNCH_CHECK();
