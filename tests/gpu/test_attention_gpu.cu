@@ -13,9 +13,10 @@
 // (flash_sm90.cu); FLASH_SM90=0 in the environment tests the mma.sync kernels there instead,
 // FLASH_SM90_BWD=0 the Hopper forward with the mma.sync backward.
 //
-// Long sequences (T = 16,384 and 65,536), flash only: the float64 reference is computed for
-// sampled rows alone (the tile edges, the last rows, random ones), each checked as a query row
-// (out, logsumexp, dq) and as a key row (dk, dv).
+// Long sequences (T = 16,384 and 65,536), and many heads at T = 1,024 and 2,048 (more work items
+// than SMs: the persistent grids), flash only: the float64 reference is computed for sampled
+// rows alone (the tile edges, the last rows, random ones), each checked as a query row (out,
+// logsumexp, dq) and as a key row (dk, dv); every output must have been written.
 //
 // Determinism: flash's forward (out, logsumexp) and its dk, dv are bitwise reproducible and
 // checked to be; dq too where the backend says its backward is deterministic
@@ -25,8 +26,9 @@
 //
 // usage: test_attention_gpu [--quick | --sanitize | --max-t N]
 //   --max-t N  skip the cases with T > N; --quick = --max-t 65
-//   --sanitize five small cases that reach every path of the kernels (ring wrap-around, both
-//              head sizes, the Hopper forward's 3-consumer kernel): for compute-sanitizer
+//   --sanitize six small cases that reach every path of the kernels (ring wrap-around, both
+//              head sizes, the Hopper forward's 3-consumer kernel, CTAs of the persistent grids
+//              with two work items): for compute-sanitizer
 // Without a CUDA device it prints SKIP and exits 0.
 #include <math.h>
 #include <stdint.h>
@@ -367,7 +369,7 @@ static void run_case(const Case *cs, unsigned long long *rng) {
     free(got_out), free(got_dqkv), free(got_part), free(got_lse);
 }
 
-// ---- long sequences: flash's forward on sampled rows ------------------------------------------
+// ---- long sequences (and many heads): flash's forward and backward on sampled rows ------------
 
 static int rand_below(unsigned long long *rng, int n) {   // uniform in 0..n-1 (n < 2^24)
     const int r = (int)((test_randf(rng) + 1.0f) * 0.5f * (float)n);
@@ -520,8 +522,9 @@ int main(int argc, char **argv) {
     // --sanitize (compute-sanitizer's runs, slow per launch): a few small cases that still reach
     // every path of the kernels: one tile, a partial tile, the ring's wrap-around at both head
     // sizes and the 3-consumer Hopper forward
-    const Case sanitize_cases[] = {{1, 65, 1, 64, 2}, {1, 129, 1, 128, 2}, {1, 640, 1, 64, 2},
-                                   {1, 640, 1, 128, 2}, {1, 1025, 1, 64, 2}};
+    // (and 136 work items of the forward and the backward, 4 CTAs of the persistent grids with two)
+    const Case sanitize_cases[] = {{1, 65, 1, 64, 2},   {1, 129, 1, 128, 2}, {1, 640, 1, 64, 2},
+                                   {1, 640, 1, 128, 2}, {1, 1025, 1, 64, 2}, {1, 1024, 17, 64, 2}};
     if (sanitize) {
         for (size_t i = 0; i < sizeof(sanitize_cases) / sizeof(sanitize_cases[0]); i++)
             run_case(&sanitize_cases[i], &rng);
@@ -531,8 +534,12 @@ int main(int argc, char **argv) {
         if (cases[i].T > max_t) continue;
         run_case(&cases[i], &rng);
     }
-    const Case long_cases[] = {{1, 16384, 3, 64, 2}, {2, 16384, 2, 128, 4}, {1, 65536, 2, 64, 2},
-                               {1, 65536, 1, 128, 2}};
+    // long sequences, and many heads at short T: more work items than SMs, so that the Hopper
+    // forward's persistent grid (T <= 2048) gives CTAs several items (both head sizes, and the
+    // 3-consumer forward at T = 2048)
+    const Case long_cases[] = {{1, 16384, 3, 64, 2},  {2, 16384, 2, 128, 4}, {1, 65536, 2, 64, 2},
+                               {1, 65536, 1, 128, 2}, {16, 1024, 12, 64, 2}, {16, 1024, 6, 128, 2},
+                               {4, 2048, 12, 64, 2}};
     for (size_t i = 0; i < sizeof(long_cases) / sizeof(long_cases[0]); i++) {
         if (long_cases[i].T > max_t) continue;
         for (int pass = 0; pass < backend_passes(&attention_backends[FLASH]); pass++)
