@@ -18,9 +18,9 @@
 //   Q rows q0..q0+127 ─►│ Q  128 x HS │── rows 0-63 ──► consumer 0 ─┐  S = QK^T 64x128 fp32 (wgmma,
 //     (once an item)    │             │── rows 64-127 ► consumer 1 ─┤        Q and K from shared)
 //                       ├─────────────┤                             │  online softmax: m, l, P=exp2
-//   K, V tile j    ───► │ stage j % S │  full[s]: TMA bytes landed  │  P -> bf16 A-operand regs
+//   K, V tile j    ───► │ stage r % S │  full[s]: TMA bytes landed  │  P -> bf16 A-operand regs
 //     (128 rows)        │  K 128 x HS │ ◄────────────────────────── │  O += P V  64xHS fp32 (wgmma,
-//                       │  V 128 x HS │  empty[s]: 256 consumer     │        P from registers,
+//                       │  V 128 x HS │  empty[s]: all consumer     │        P from registers,
 //                       └─────────────┘  threads done with stage s  │        V from shared)
 //   producer warpgroup 0 (24 registers/thread): one thread issues  ─┘  at the end: O / l -> out,
 //   every TMA copy; consumers 1, 2 (240 registers/thread).              logsumexp -> saved
@@ -30,7 +30,9 @@
 //   wait full[j]; wait for my turn; issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}; pass the turn
 //   wait S_j; softmax(S_j) in place (fp32 exp2 values; P_{j-1} registers still being read)
 //   wait P V; arrive empty[j-1]; O *= alpha_j; P_j = bf16(S_j)
-// and finally O += P_last V_last. The producer runs up to S stages ahead of the consumers.
+// (after the item's last S, arrive q_empty: the next item's Q may load), and finally
+// O += P_last V_last; arrive empty[last]; O / l -> out. The producer runs up to S stages ahead of
+// the consumers; r counts a CTA's key/value tiles over all its items.
 //
 // ---- shared-memory layout: 128-byte swizzle, what TMA writes and wgmma reads -------------------
 // A tile of R rows x HS columns (bf16) is stored as HS/64 panels of R rows x 64 columns; a panel
@@ -89,7 +91,8 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 // The shapes measured best on an H200 (docs/PERF.md, "Hopper forward"): HS=128, 2 consumers and
 // a 3-stage ring (all the shared memory there is; 2 stages left the consumers waiting for K/V);
 // HS=64, a 4-stage ring and 3 consumers (192-row query tiles) except at T <= 1024, where 2
-// consumers' smaller tiles make more CTAs and waste less of the diagonal tiles (flash_sm90_forward)
+// consumers' smaller tiles make more work items and waste less of the diagonal tiles
+// (flash_sm90_forward)
 template <int HS, int CONSUMERS_>
 struct Shape {
     static constexpr int CONSUMERS = CONSUMERS_;      // consumer warpgroups, 64 query rows each

@@ -1,8 +1,8 @@
 // channel_chunks.h: how the CPU layers sum a parameter gradient over rows (encoder's dwte and
-// dwpe, layernorm's dweight and dbias, the bias gradients of column_sums_add) on all threads: the channels are cut
-// into chunks and a thread owns its chunk across every row, so no two threads write the same
-// element (repeated tokens in dwte included) and every element adds its rows in row order,
-// the same bits on any number of threads.
+// dwpe, layernorm's dweight and dbias, the bias gradients of column_sums_add) on all threads:
+// the channels are cut into chunks and a thread owns its chunk across every row, so no two
+// threads write the same element (repeated tokens in dwte included) and every element adds its
+// rows in row order, the same bits on any number of threads.
 #ifndef LAYERS_CHANNEL_CHUNKS_H
 #define LAYERS_CHANNEL_CHUNKS_H
 
@@ -27,7 +27,7 @@ typedef struct {
 } ColumnSums;
 
 // channels [c0, c1) of dst, from every row of src in order (for_channel_chunks)
-static void column_sums_channels(void *ctx, int c0, int c1) {
+static inline void column_sums_channels(void *ctx, int c0, int c1) {
     const ColumnSums *s = (const ColumnSums *)ctx;
     for (int i = 0; i < s->N; i++) {
         const floatX *row = s->src + (size_t)i * s->width;

@@ -1,5 +1,7 @@
 // gelu.cu: GELU with the tanh approximation, forward and backward, 8 elements per thread
 // through 16-byte accesses (element-wise, so memory-bound: one read and one write per element).
+// The backward with a bias gradient is one pass too: column_sums' grid (column_sums.cuh), whose
+// rows functor computes and stores dinp and hands back what it stored for the sums.
 #include "../runtime/cuda_common.cuh"
 #include "column_sums.cuh"
 #include "layers.h"

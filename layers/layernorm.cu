@@ -4,7 +4,8 @@
 // second and third reads of a row hit L1). The weight and bias gradients are reduced
 // deterministically: per-warp accumulators in shared memory, per-block partial sums in a
 // scratch buffer the caller gives (layernorm_backward_scratch_size), then add_column_sums adds
-// them in a fixed order into dweight and dbias.
+// them in a fixed order into dweight and dbias (and dproj_bias: the column sums of dinp as it
+// leaves, when the caller asks for them).
 #include "../runtime/cuda_common.cuh"
 #include "column_sums.cuh"
 #include "layers.h"

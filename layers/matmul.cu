@@ -17,9 +17,11 @@
 // So a GEMM of at least kTuneFlops that overwrites its output (beta = 0) times the heuristic's
 // top kTuneCandidates once, on its own operands, the first time its plan is used outside a
 // graph capture, and keeps the fastest of those whose output has the very bits the first's has
-// (a hash of the output, compared): the choice makes a GEMM faster and never changes a
-// result, so a run, and a run resumed from a checkpoint, gives the same bits whatever the
-// timings pick. MATMUL_TUNE=0 in the environment keeps the heuristic's first; MATMUL_TUNE=2
+// on those operands (a hash of the output, compared): in practice the candidates that add the
+// same products in the same order (no other split of k), so the choice makes a GEMM faster
+// without changing a result, and a run, and a run resumed from a checkpoint, gives the same
+// bits whatever the timings pick (test_layers_gpu checks it on other operands than the tuning's;
+// gpu_check.sh's interrupt stage, on whole runs). MATMUL_TUNE=0 in the environment keeps the heuristic's first; MATMUL_TUNE=2
 // also reports each choice on stderr.
 static const double kTuneFlops = 1e10;   // ~15 us of GEMM: 7 launches a candidate pay back soon
 enum { TUNE_CANDIDATES = 8, TUNE_REPS = 5 };
@@ -55,6 +57,8 @@ static int pointer_alignment(const void *p) {
 static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                             int k, int lda, int ldb, int ldd, int has_bias, int accumulate,
                             int align_a, int align_b, int align_d) {
+    // read at every call, not once: a plan made under MATMUL_TUNE=0 is another plan (the tests
+    // compare the two in one process)
     const char *tune_env = getenv("MATMUL_TUNE");
     const int tune = tune_env ? atoi(tune_env) : 1;
     for (int i = 0; i < plans_count; i++) {

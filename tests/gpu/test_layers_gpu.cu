@@ -495,6 +495,8 @@ static void test_matmul_tuned(int N, int C, int OC) {
     floatX *d_dout = dev_bf16(dout, no), *d_dweight = dev_bf16(NULL, oc);
     floatX *d_out = dev_bf16(NULL, no), *d_dinp = dev_bf16(NULL, nc);
     float *out[2], *dinp[2];
+    const char *user_env = getenv("MATMUL_TUNE");   // put back afterwards
+    char *user_tune = user_env ? strdup(user_env) : NULL;
     for (int tuned = 0; tuned < 2; tuned++) {
         if (tuned) unsetenv("MATMUL_TUNE");
         else setenv("MATMUL_TUNE", "0", 1);
@@ -505,6 +507,8 @@ static void test_matmul_tuned(int N, int C, int OC) {
         out[tuned] = get_bf16(d_out, no);
         dinp[tuned] = get_bf16(d_dinp, nc);
     }
+    if (user_tune) setenv("MATMUL_TUNE", user_tune, 1);
+    free(user_tune);
     expect_identical("forward, tuned: the heuristic's first's bits", out[1], out[0], no);
     expect_identical("dinp, tuned: the heuristic's first's bits", dinp[1], dinp[0], nc);
     dev_free(d_inp); dev_free(d_weight); dev_free(d_bias); dev_free(d_dout); dev_free(d_dweight);
