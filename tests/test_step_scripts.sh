@@ -82,6 +82,24 @@ check "timeline --period: after the layers" has "$tmp/per.md" "| after: _Z11gemv
 python3 scripts/timeline.py "$tmp/dec.csv" --cut nosuchkernel > /dev/null 2> "$tmp/dec.err"
 check "timeline --cut: no such kernel is an error" test $? -ne 0
 check "timeline --cut: says why" has "$tmp/dec.err" "kernels named like 'nosuchkernel'"
+# ---- the groups: this project's kernel names as compiled (mangled), each in its group ----------
+python3 - > "$tmp/groups.txt" <<'PY'
+import sys
+sys.path.insert(0, "scripts")
+from step_account import group_of
+for name in ["_Z26column_partial_sums_kernelILi8E16GeluBackwardRowsEvPfT0_iii",
+             "_Z26column_partial_sums_kernelILi8E10StoredRowsEvPfT0_iii",
+             "_Z22add_column_sums_kernel13ColumnSumsDstiPKfii",
+             "_Z25layernorm_backward_kernelILi8ELi3EEvPfP13__nv_bfloat16PKS1_S4_S4_PKfS6_ii",
+             "_Z19gelu_forward_kernelILi8EEvP13__nv_bfloat16PKS0_m"]:
+    print(f"{name}: {group_of(name)}")
+PY
+check "groups: the GELU backward (with fc's bias) is GELU" has "$tmp/groups.txt" "GeluBackwardRowsEvPfT0_iii: GELU"
+check "groups: a stored dout's column sums are bias gradients" has "$tmp/groups.txt" "StoredRowsEvPfT0_iii: bias gradients"
+check "groups: the column sums' adds are bias gradients" has "$tmp/groups.txt" "ColumnSumsDstiPKfii: bias gradients"
+check "groups: the layernorm backward" has "$tmp/groups.txt" "S6_ii: layernorm"
+check "groups: the GELU forward" has "$tmp/groups.txt" "PKS0_m: GELU"
+
 # ---- step_account.py --------------------------------------------------------------------------
 # ncu's CSV, one row per (kernel, metric): 2 steps of ours (encoder, GEMM, AdamW x 2) and of an
 # llm.c-like run whose AdamW kernels have a copy kernel between each two
