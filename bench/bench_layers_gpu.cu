@@ -2,9 +2,9 @@
 // Vp=50304, 12 layers) for each batch size asked (default 16 and 64), and add the layers up
 // as one training step calls them, to show where a step's time goes.
 //
-// Each row: CUDA events around one call, median of REPS calls after WARMUP; the bytes each
-// call must move at least (memory-bound kernels, against the copy bandwidth) or the FLOPs it
-// does (matmuls and attention, against the bf16 GEMM rate). Both ceilings are measured in the
+// Each row: CUDA events around one call, median of 15 calls after 3 (bench_common.cuh); the
+// bytes each call must move at least (memory-bound kernels, against the copy bandwidth) or the
+// FLOPs it does (matmuls and attention, against the bf16 GEMM rate). Both ceilings are measured in the
 // same run: a device-to-device copy of 2 GiB, and one 8192^3 bf16 GEMM through matmul_forward
 // (published H200 figures: about 4.3 TB/s copy, about 790 TFLOP/s bf16 through cuBLAS).
 // Attention FLOPs follow the stated convention: forward 4*B*NH*T^2*HS halved for causal,
@@ -13,59 +13,19 @@
 // Usage: bench_layers_gpu [B ...]      e.g. bench_layers_gpu 16 64
 #include "../attention/attention.h"
 #include "../runtime/cuda_common.cuh"
+#include "bench_common.cuh"   // random_tensor, time_ms (median of 15 after 3)
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-enum { WARMUP = 3, REPS = 15 };
 static const int T = 1024, C = 768, NH = 12, HS = 64, L = 12, V = 50257, Vp = 50304;
 static const size_t GPT2_PARAMS = 124475904;   // GPT-2 124M with Vp = 50304
 
-// x[i] = scale * uniform[-1, 1), from a hash of (seed, i)
-__global__ void fill_random_kernel(bf16 *x, size_t n, unsigned int seed, float scale) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned int h = (unsigned int)i * 2654435761u ^ seed * 2246822519u ^ (unsigned int)(i >> 32);
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        x[i] = __float2bfloat16_rn(scale * ((h >> 8) * (2.0f / 16777216.0f) - 1.0f));
-    }
-}
-
-static unsigned int fill_seed = 1;
-static floatX *random_tensor(size_t n, float scale, const char *what) {
-    floatX *x = (floatX *)dev_malloc(n * sizeof(floatX), what);
-    fill_random_kernel<<<4 * cuda_num_sms, 256, 0, cuda_stream>>>(BF(x), n, fill_seed++, scale);
-    LAUNCH_CHECK();
-    return x;
-}
 static float *zero_floats(size_t n, const char *what) {
     float *x = (float *)dev_malloc(n * sizeof(float), what);
     dev_memset_zero(x, n * sizeof(float));
     return x;
-}
-
-// median milliseconds of one call of fn
-template <typename F>
-static double time_ms(F fn) {
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < WARMUP; i++) fn();
-    std::vector<float> times;
-    for (int i = 0; i < REPS; i++) {
-        CUDA_CHECK(cudaEventRecord(start, cuda_stream));
-        fn();
-        CUDA_CHECK(cudaEventRecord(stop, cuda_stream));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0.0f;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        times.push_back(ms);
-    }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
 }
 
 typedef struct {

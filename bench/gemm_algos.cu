@@ -8,7 +8,8 @@
 // stream, the pointer alignments given to the heuristic. For each of the 15 plain GEMMs
 // (forward, dinp and dweight of qkv, attproj, fc, fcproj and the LM head) and each epilogue
 // variant, the heuristic is asked for K candidates; each is timed as the median of REPS launches
-// (CUDA events around each) after WARMUP; a candidate that does not launch is counted as failed.
+// (CUDA events around each) after 3 (bench_common.cuh's time_ms); a candidate that does not
+// launch is counted as failed.
 // Epilogue variants, beside the GEMM plus the separate kernel(s) they would replace (written
 // here: vectorized GELU forward and backward, a column sum into fp32):
 //   fc forward, GELU_AUX_BIAS      vs fc forward (BIAS) + GELU forward over N x 4C
@@ -23,6 +24,7 @@
 //
 // Usage: gemm_algos [-k K] [-b B] [-r REPS]    defaults: K = 16, B = 64 (N = B*1024), REPS = 20
 #include "../runtime/cuda_common.cuh"
+#include "bench_common.cuh"   // random_tensor, fill_random, time_ms
 
 #include <algorithm>
 #include <cfloat>
@@ -32,31 +34,11 @@
 #include <type_traits>
 #include <vector>
 
-static int K = 16, B = 64, REPS = 20;
-enum { WARMUP = 3 };
+static int K = 16, B = 64;   // and bench_reps = 20 (-r), bench_warmup = 3
 static const int T = 1024, C = 768, L = 12, Vp = 50304;
 
 // ---- inputs and the separate kernels ------------------------------------------------------
 
-// x[i] = scale * uniform[-1, 1), from a hash of (seed, i)
-__global__ void fill_random_kernel(bf16 *x, size_t n, unsigned int seed, float scale) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned int h = (unsigned int)i * 2654435761u ^ seed * 2246822519u ^ (unsigned int)(i >> 32);
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        x[i] = __float2bfloat16_rn(scale * ((h >> 8) * (2.0f / 16777216.0f) - 1.0f));
-    }
-}
-static unsigned int next_seed = 1;
-static void fill_random(floatX *x, size_t n, float scale, unsigned int seed) {
-    fill_random_kernel<<<4 * cuda_num_sms, 256, 0, cuda_stream>>>(BF(x), n, seed, scale);
-    LAUNCH_CHECK();
-}
-static floatX *random_tensor(size_t n, float scale, const char *what) {
-    floatX *x = (floatX *)dev_malloc(n * sizeof(floatX), what);
-    fill_random(x, n, scale, next_seed++);
-    return x;
-}
 static floatX *bf16_tensor(size_t n, const char *what) {
     return (floatX *)dev_malloc(n * sizeof(floatX), what);
 }
@@ -169,29 +151,6 @@ static double rel_diff(const TA *a, const TR *ref, size_t n) {
     memcpy(&d, &host[0], 4);
     memcpy(&r, &host[1], 4);
     return r > 0.0f ? d / r : d;
-}
-
-// median milliseconds of one call of fn
-template <typename F>
-static double time_ms(F fn) {
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < WARMUP; i++) fn();
-    std::vector<float> times;
-    for (int i = 0; i < REPS; i++) {
-        CUDA_CHECK(cudaEventRecord(start, cuda_stream));
-        fn();
-        CUDA_CHECK(cudaEventRecord(stop, cuda_stream));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0.0f;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        times.push_back(ms);
-    }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
 }
 
 // ---- one cuBLASLt GEMM, its candidates timed ---------------------------------------------
@@ -412,7 +371,7 @@ static void bench_layer(const char *name, int in, int out, bool has_bias, int pe
     floatX *y = bf16_tensor(n_out, "out");
     floatX *dout = random_tensor(n_out, 1.0f / 16, "dout");   // dweight sums N=65536 products
     floatX *dinp = bf16_tensor(n_in, "dinp");
-    const unsigned int dweight_seed = next_seed++;
+    const unsigned int dweight_seed = bench_next_seed++;
     floatX *dweight = bf16_tensor((size_t)out * in, "dweight");
     fill_random(dweight, (size_t)out * in, 0.1f, dweight_seed);
 
@@ -500,13 +459,14 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    bench_reps = 20;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
         const int v = atoi(argv[i + 1]);
         if (v < 1) usage();
         if (!strcmp(argv[i], "-k")) K = v;
         else if (!strcmp(argv[i], "-b")) B = v;
-        else if (!strcmp(argv[i], "-r")) REPS = v;
+        else if (!strcmp(argv[i], "-r")) bench_reps = v;
         else usage();
         i++;
     }
@@ -516,7 +476,7 @@ int main(int argc, char **argv) {
     printf("%s\ncuBLASLt %zu (headers %d.%d.%d), workspace %zu MiB\n", desc, cublasLtGetVersion(),
            CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH, cublaslt_workspace_size >> 20);
     printf("GPT-2 124M GEMMs, B=%d T=%d (N=%d), top %d heuristic candidates, median of %d launches "
-           "after %d\n\n", B, T, B * T, K, REPS, WARMUP);
+           "after %d\n\n", B, T, B * T, K, bench_reps, bench_warmup);
     header();
     bench_layer("qkv", C, 3 * C, true, L);
     bench_layer("attproj", C, C, true, L);
