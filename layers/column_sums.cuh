@@ -15,7 +15,7 @@ struct ColumnSumsDst {
 void add_column_sums(ColumnSumsDst dst, int parts, int part_width, const float *partial,
                      int slices);
 
-// ---- column sums of a matrix made row by row: column_sums<VEC>(dst, partial, rows, N, width) ---
+// ---- column sums of a matrix made row by row: column_sums(dst, partial, rows, N, width, ...) ----
 // dst (width) += colsum of the (N, width) matrix whose values rows(x, row, stride, valid, col)
 // gives: x[r][0..VEC) = columns col.. of row + r * stride, for r < valid, VEC consecutive
 // columns of COLUMN_ROWS_IN_FLIGHT rows at a time (all their loads issued before any use). It
@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(32 * COLUMN_ROW_LANES)
         // COLUMN_ROWS_IN_FLIGHT rows a round, their loads issued together; added in row order
         for (int row = row_begin + threadIdx.y; row < row_end;
              row += COLUMN_ROWS_IN_FLIGHT * COLUMN_ROW_LANES) {
-            const int valid =
-                min(COLUMN_ROWS_IN_FLIGHT, (row_end - row + COLUMN_ROW_LANES - 1) / COLUMN_ROW_LANES);
+            const int left = (row_end - row + COLUMN_ROW_LANES - 1) / COLUMN_ROW_LANES;
+            const int valid = min(COLUMN_ROWS_IN_FLIGHT, left);   // rows of this round
             float x[COLUMN_ROWS_IN_FLIGHT][VEC];
             rows(x, row, COLUMN_ROW_LANES, valid, col);
 #pragma unroll
@@ -73,14 +73,20 @@ __global__ void __launch_bounds__(32 * COLUMN_ROW_LANES)
     }
 }
 
-// partial: column_sums_scratch_size(N, width) bytes
 template <int VEC, typename Rows>
-void column_sums(bf16 *dst, float *partial, Rows rows, int N, int width) {
+void column_sums_launch(bf16 *dst, float *partial, Rows rows, int N, int width) {
     const ColumnSumsLayout l = column_sums_layout(N, width, VEC);
     column_partial_sums_kernel<VEC><<<dim3(l.col_blocks, l.slices), dim3(32, COLUMN_ROW_LANES), 0,
                                       cuda_stream>>>(partial, rows, N, width, l.rows_per_block);
     LAUNCH_CHECK();
     add_column_sums(ColumnSumsDst{{dst}}, 1, width, partial, l.slices);
+}
+// partial: column_sums_scratch_size(N, width) bytes; aligned16: every pointer rows reads or
+// writes allows 16-byte accesses (then 8 columns a thread, where width is a multiple of 8)
+template <typename Rows>
+void column_sums(bf16 *dst, float *partial, Rows rows, int N, int width, bool aligned16) {
+    if (aligned16 && width % 8 == 0) column_sums_launch<8>(dst, partial, rows, N, width);
+    else column_sums_launch<1>(dst, partial, rows, N, width);
 }
 
 // rows for column_sums: the values of a stored bf16 (N, width) matrix
@@ -92,7 +98,8 @@ struct StoredRows {
         typename BF16Raw<VEC>::type raw[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
-            if (r < valid) raw[r] = load_bf16_raw<VEC>(x + (size_t)(row + r * stride) * width + col);
+            if (r < valid)
+                raw[r] = load_bf16_raw<VEC>(x + (size_t)(row + r * stride) * width + col);
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (r < valid) unpack_bf16<VEC>(v[r], raw[r]);

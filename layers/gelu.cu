@@ -88,8 +88,7 @@ void gelu_backward(floatX *dinp, floatX *dbias, void *scratch, const floatX *inp
     const bool vec8 = is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout);
     if (dbias) {   // one pass: dinp and its column sums
         const GeluBackwardRows rows{BF(dinp), CBF(inp), CBF(dout), OC};
-        if (vec8 && OC % 8 == 0) column_sums<8>(BF(dbias), (float *)scratch, rows, N, OC);
-        else column_sums<1>(BF(dbias), (float *)scratch, rows, N, OC);
+        column_sums(BF(dbias), (float *)scratch, rows, N, OC, vec8);
         return;
     }
     launch_elementwise<8>(gelu_backward_kernel<8>, gelu_backward_kernel<1>, vec8, n, BF(dinp),

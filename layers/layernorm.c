@@ -74,9 +74,8 @@ static void layernorm_param_grads_channels(void *ctx, int c0, int c1) {
 // dinp (N,C) +=, dweight (C) +=, dbias (C) +=, dproj_bias (C) += colsum(dinp) after the
 // addition unless NULL, dout (N,C), inp (N,C), weight (C), mean (N), rstd (N)
 void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, floatX *dproj_bias,
-                        void *scratch,
-                        const floatX *dout, const floatX *inp, const floatX *weight,
-                        const float *mean, const float *rstd, int N, int C) {
+                        void *scratch, const floatX *dout, const floatX *inp,
+                        const floatX *weight, const float *mean, const float *rstd, int N, int C) {
     // dinp: each row on its own, through the two row means the normalization couples
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {

@@ -72,9 +72,8 @@ void layernorm_residual_forward(floatX *residual, floatX *out, float *mean, floa
 // dweight, dbias and dproj_bias, added in a fixed order)
 size_t layernorm_backward_scratch_size(int N, int C);
 void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, floatX *dproj_bias,
-                        void *scratch,
-                        const floatX *dout, const floatX *inp, const floatX *weight,
-                        const float *mean, const float *rstd, int N, int C);
+                        void *scratch, const floatX *dout, const floatX *inp,
+                        const floatX *weight, const float *mean, const float *rstd, int N, int C);
 
 // out = inp @ weight^T + bias
 // out (N,OC), inp (N,C), weight (OC,C), bias (OC) or NULL

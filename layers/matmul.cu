@@ -15,14 +15,14 @@
 // and 0.410 with its 7th candidate, the LM head's forward at 8.05 against 7.29 ms, and a step's
 // GEMMs 4.8% faster with the best of 16 (docs/PERF.md, "Issue 19: cuBLASLt's candidates").
 // So a GEMM of at least kTuneFlops that overwrites its output (beta = 0) times the heuristic's
-// top kTuneCandidates once, on its own operands, the first time its plan is used outside a
+// top TUNE_CANDIDATES once, on its own operands, the first time its plan is used outside a
 // graph capture, and keeps the fastest of those whose output has the very bits the first's has
 // on those operands (a hash of the output, compared): in practice the candidates that add the
 // same products in the same order (no other split of k), so the choice makes a GEMM faster
 // without changing a result, and a run, and a run resumed from a checkpoint, gives the same
-// bits whatever the timings pick (test_layers_gpu checks it on other operands than the tuning's;
-// gpu_check.sh's interrupt stage, on whole runs). MATMUL_TUNE=0 in the environment keeps the heuristic's first; MATMUL_TUNE=2
-// also reports each choice on stderr.
+// bits whatever the timings pick (test_layers_gpu checks it on other operands than the
+// tuning's; gpu_check.sh's interrupt stage, on whole runs). MATMUL_TUNE=0 in the environment
+// keeps the heuristic's first; MATMUL_TUNE=2 also reports each choice on stderr.
 static const double kTuneFlops = 1e10;   // ~15 us of GEMM: 7 launches a candidate pay back soon
 enum { TUNE_CANDIDATES = 8, TUNE_REPS = 5 };
 
@@ -273,8 +273,5 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch
     lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1);
     if (!dbias) return;
     // dbias (OC) += colsum(dout (N,OC)), in a fixed order
-    if (OC % 8 == 0 && is_aligned16(dout))
-        column_sums<8>(BF(dbias), (float *)scratch, StoredRows{CBF(dout), OC}, N, OC);
-    else
-        column_sums<1>(BF(dbias), (float *)scratch, StoredRows{CBF(dout), OC}, N, OC);
+    column_sums(BF(dbias), (float *)scratch, StoredRows{CBF(dout), OC}, N, OC, is_aligned16(dout));
 }
