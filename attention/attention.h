@@ -35,7 +35,7 @@ size_t attention_scratch_size(int B, int T, int NH, int HS);
 // the same inputs (every sum in a fixed order), 0 when some are summed in an order that varies.
 // attention_set_deterministic(1) asks for the fixed order and returns what is now in force:
 // the CPU backends and naive are always deterministic; flash's Hopper backward then adds dQ in
-// key-block order (slower, docs/PERF.md); its mma.sync backward (sm_80-89) cannot (fp32
+// a fixed key-block order (slower, docs/PERF.md); its mma.sync backward (sm_80-89) cannot (fp32
 // atomics) and returns 0. attention_set_deterministic(0) allows the faster unordered sums.
 int attention_set_deterministic(int on);
 int attention_deterministic(void);

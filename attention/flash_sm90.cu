@@ -87,6 +87,13 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #ifndef FLASH_SM90_PERSISTENT
 #define FLASH_SM90_PERSISTENT 1
 #endif
+// The backward's work items in groups of this many key blocks of one head (4: a d12 B=64 step
+// 1.3-1.9% faster than 1, the attention alone 7-14% at T = 1,024, level from T = 8,192 on, and
+// the deterministic mode 12-14% at T = 1,024; 1: key block n of every head before block n + 1,
+// to time against).
+#ifndef FLASH_SM90_BWD_GROUP
+#define FLASH_SM90_BWD_GROUP 4
+#endif
 
 // The shapes measured best on an H200 (docs/PERF.md, "Hopper forward"): HS=128, 2 consumers and
 // a 3-stage ring (all the shared memory there is; 2 stages left the consumers waiting for K/V);
@@ -234,8 +241,11 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 
         // Turns, round robin: consumer c waits on barrier 1 + c before it issues products, then
         // hands over to the next (arrives on its barrier). The last consumer lets consumer 0 go
-        // first and skips its own last hand-over of an item, so that every wait has one arrival
-        // to match (an item's turns are balanced: the next item starts the same way).
+        // first, once, before the CTA's first item, and hands over after its last P V of an
+        // item only when another item follows, so that every wait has one arrival to match.
+        // Consumer 0 then issues the next item's first S while the last consumer's epilogue runs
+        // (measured 2-3% faster at T <= 2,048 than handing over at the next item's top:
+        // docs/PERF.md, "2026-12-02").
         auto my_turn = [&]() {
             if (FLASH_SM90_PINGPONG) named_bar_sync(1 + c, 256);
         };
@@ -270,7 +280,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
                 if (j == it.kv_tiles - 1) mbar_arrive(&q_empty[qs.stage]);
             };
 
-            if (c == CONSUMERS - 1) your_turn();
+            if (c == CONSUMERS - 1 && n == 0) your_turn();
             mbar_wait(&q_full[qs.stage], qs.parity);
             const RingSlot<STAGES> first(ring);
             mbar_wait(&kv_full[first.stage], first.parity);
@@ -313,7 +323,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
             wgmma_fence();
             gemm_rab<HS, kBC, kBC>(o, p, sV + last * S::KV_BYTES);
             wgmma_commit();
-            if (c != CONSUMERS - 1) your_turn();
+            if (c != CONSUMERS - 1 || t + (int)gridDim.x < items) your_turn();
             wgmma_wait<0>();
             fence_regs(o);
             mbar_arrive(&kv_empty[last]);   // the next item's tiles may load into it
@@ -350,7 +360,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //                   │ (2 buffers)   │ ──► dQ_i = dS K: consumer c computes 64 x 64 of it (SS, both
 //                   ├───────────────┤      operands transposed), -> shared memory, swizzled
 //                   │ dQ staging    │ ──► writer thread: TMA reduce-add into the fp32 dQ sums
-//                   └───────────────┘      (B, T, NH, HS); `deterministic`: in key-block order
+//                   └───────────────┘      (B, T, NH, HS); `deterministic`: in a fixed order
 //
 //   producer warpgroup (24 registers): thread 0 issues every load (K, V once; then the ring),
 //   thread 32 issues every dQ reduction; consumers 1, 2 (240 registers).
@@ -365,8 +375,8 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //   so that a consumer may write step i+1's dS^T while the other still reads step i's.
 // - dQ is added with TMA reductions (one instruction per 64 x 32 box, element-wise atomic in L2)
 //   from a swizzled staging tile: no per-thread atomics, and a fixed order is one flag per
-//   query tile away (deterministic mode: key block n adds after blocks 0..n-1, which were
-//   launched before it, so the waits cannot deadlock).
+//   query tile away (deterministic mode: a key block adds after the blocks handed out before
+//   it, so the waits cannot deadlock; the writer's comment gives the order).
 // - Tiles: BC = 128 keys (two consumers of 64); BR = 128 queries at HS = 64 (S^T and dP^T take
 //   128 registers, dK and dV 64) and 64 at HS = 128 (dK and dV take 128).
 //
@@ -421,10 +431,16 @@ __device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t 
 }
 
 // Work items: (key/value blocks) x (B*NH), numbered key block 0 of every head first (under the
-// causal mask it sees every query tile: the longest first, the short ones fill the tail). One
-// CTA per SM; CTA i starts with item i, and each next item it takes from a counter (items are
-// handed out in increasing order, to whichever CTA gets to the end of its loads first). With a
-// grid of one CTA per item each CTA does one; with a grid of one CTA per SM (persistent,
+// causal mask it sees every query tile: the longest first, the short ones fill the tail), in
+// groups of `group` key blocks: the items of group s are key blocks s*group.. of every head, one
+// head's blocks in a row, the last first. A head's consecutive blocks are then handed out one
+// after the other, their CTAs sweep the same query tiles a step or two apart, and the later
+// ones find the Q, dO tiles and the dQ sums the first brought into L2 (with group = 1 they came
+// B*NH items apart: at short T, where B*NH is large, 768 heads in a d12 B=64 step, after the
+// head's tiles had left L2; ncu at T = 1,024: 44% -> 69% L2 hits, half the DRAM bytes).
+// One CTA per SM; CTA i starts with item i, and each next item it takes from a counter (items
+// are handed out in increasing order, to whichever CTA gets to the end of its loads first). With
+// a grid of one CTA per item each CTA does one; with a grid of one CTA per SM (persistent,
 // backward_launch) each does several, and the next item's K, V and first Q, dO tiles load while
 // the consumers write the last item's dK, dV: at T = 1,024 an item is 4.5 query tiles on
 // average, and a CTA's start and end, unoverlapped, are a large part of its time.
@@ -437,7 +453,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                                bf16 *__restrict__ dqkv, const float *__restrict__ lse2,
                                const float *__restrict__ Dg, uint32_t *__restrict__ dq_flags,
                                uint32_t *__restrict__ next_item, int T, int Tpad, int NH, int BNH,
-                               float scale, float scale_log2) {
+                               int group, float scale, float scale_log2) {
     // Stages (the tile picture and the per-step list in the comment above):
     //   producer (thread 0): per item K, V once, then Q, dO, lse, D of each query tile (the ring)
     //   dQ writer (thread 32): each step's two dQ parts, TMA reduce-added into the fp32 sums
@@ -455,16 +471,20 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     const uint32_t base = smem_addr(smem);
 
     const int q_tiles = (T + BR - 1) / BR;
-    const int items = (T + BC - 1) / BC * BNH;
+    const int kv_blocks = (T + BC - 1) / BC, items = kv_blocks * BNH;
     // item t: key/value rows kv0.. of head h, batch b; its steps are the query tiles
     // first_tile..q_tiles-1 (earlier queries see none of the block's keys)
     struct Item {
-        int bh, kv_block, b, h, kv0, first_tile, steps;
+        int bh, kv_block, group_first, group_last, b, h, kv0, first_tile, steps;
     };
     auto item = [&](int t) {
         Item it;
-        it.bh = t % BNH;
-        it.kv_block = t / BNH;
+        it.group_first = t / (group * BNH) * group;
+        it.group_last = min(it.group_first + group, kv_blocks) - 1;   // the last group: fewer
+        const int width = it.group_last - it.group_first + 1;
+        const int r = t - it.group_first * BNH;
+        it.bh = r / width;
+        it.kv_block = it.group_last - r % width;   // a group's last block first (see the writer)
         it.b = it.bh / NH;
         it.h = it.bh % NH;
         it.kv0 = it.kv_block * BC;
@@ -557,8 +577,16 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 for (int step = 0; step < it.steps; step++, ring++) {
                     const int tile = it.first_tile + step, q0 = tile * BR;
                     uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
-                    if (DETERMINISTIC) {   // key blocks 0..kv_block-1 have added theirs
-                        while (load_acquire(flag) != (uint32_t)it.kv_block) {
+                    if (DETERMINISTIC) {
+                        // The tile's order: the key blocks of earlier groups (all of them reach
+                        // this tile), then the group's, last first, as they were handed out, so
+                        // that no CTA waits on a block handed out after its own (no deadlock),
+                        // and a group's blocks, which start together, each one tile behind the
+                        // one before, wait on nobody. Those of my group after me that reach
+                        // the tile: up to block tile * BR / BC.
+                        const int reach = min(it.group_last, tile * BR / BC);
+                        const uint32_t before = it.group_first + reach - it.kv_block;
+                        while (load_acquire(flag) != before) {
                         }
                         fence_proxy_async_global();
                     }
@@ -573,7 +601,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     tma_wait_read();   // staging read: the consumers may write the next step's
                     mbar_arrive(&dq_empty[0]);
                     mbar_arrive(&dq_empty[1]);
-                    if (DETERMINISTIC) {   // added: key block kv_block + 1 may go
+                    if (DETERMINISTIC) {   // added: the next block in the tile's order may go
                         tma_wait();
                         fence_proxy_async_global();
                         add_release(flag, 1);
@@ -864,9 +892,10 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
     // start and end then weigh most.
     const int items = ceil_div(T, S::BC) * B * NH;
     const int blocks = FLASH_SM90_PERSISTENT && items > cuda_num_sms ? cuda_num_sms : items;
+    const int group = FLASH_SM90_BWD_GROUP;   // key blocks of a head in a row (the kernel says why)
     kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dqkv, lse2,
                                                         D, dq_flags, next_item, T, Tpad, NH,
-                                                        B * NH, scale, scale * kLog2e);
+                                                        B * NH, group, scale, scale * kLog2e);
     LAUNCH_CHECK();
 }
 

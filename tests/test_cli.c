@@ -83,7 +83,8 @@ static void test_mfu(void) {
 }
 
 // 6 steps in one go, against 3 steps + a resumed run from the step-3 checkpoint (the CPU
-// backends are deterministic whatever is asked: --deterministic is accepted and said)
+// backends are deterministic whatever is asked: --deterministic is accepted and said, the
+// default says it too, and --nondeterministic is accepted and changes nothing there)
 static void test_resume_bit_exact(void) {
     int rc = run("%s -i %s/train.bin -j %s/val.bin " TINY " -x 6 -n 3 -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 "
                  "-c 0.1 --shuffle --deterministic -o %s/whole", bin, dir, dir, dir);
@@ -95,6 +96,7 @@ static void test_resume_bit_exact(void) {
     rc = run("%s -i %s/train.bin -j %s/val.bin " TINY " -x 6 -n 3 -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 "
              "-c 0.1 --shuffle -o %s/resumed -y 1", bin, dir, dir, dir);
     CHECK(rc == 0 && strstr(output, "resumed from"), "resumed run:\n%s", output);
+    CHECK(strstr(output, ", deterministic\n") != NULL, "deterministic by default:\n%s", output);
     char a[16][512], b[16][512], pa[512], pb[512];
     snprintf(pa, sizeof(pa), "%s/whole/log.csv", dir);
     snprintf(pb, sizeof(pb), "%s/resumed/log.csv", dir);
@@ -108,6 +110,9 @@ static void test_resume_bit_exact(void) {
     snprintf(pa, sizeof(pa), "%s/whole/state_00000006.bin", dir);
     snprintf(pb, sizeof(pb), "%s/resumed/state_00000006.bin", dir);
     CHECK(files_equal(pa, pb), "final optimizer state of the resumed run is bit-identical");
+    rc = run("%s -i %s/train.bin " TINY " -x 1 -v 0 -s 0 --nondeterministic", bin, dir);
+    CHECK(rc == 0 && strstr(output, ", deterministic\n") != NULL,
+          "--nondeterministic is accepted; the CPU still sums in a fixed order:\n%s", output);
     // resuming with other shapes is refused, and nothing already written is touched
     rc = run("%s -i %s/train.bin -e d1 -b 1 -t 16 -m 2 -g 4 -x 8 -v 0 -s 0 -o %s/resumed -y 1", bin, dir, dir);
     CHECK(rc != 0 && strstr(output, "resume with the same"), "resume with another -b refused:\n%s", output);
@@ -239,6 +244,8 @@ static void test_bad_flags(void) {
     expect_error("flag -b given twice", "a duplicate flag", "-b 2 -b 4");
     expect_error("flag --shuffle given twice", "a duplicate switch", "--shuffle --shuffle");
     expect_error("flag --deterministic given twice", "a duplicate switch", "--deterministic --deterministic");
+    expect_error("flags --deterministic and --nondeterministic: give one of them", "both orders asked",
+                 "--deterministic --nondeterministic");
     expect_error("flag -o needs a folder name, not an empty one", "an empty -o", "-o ''");
     expect_error("flag -e d0: a new model is dN with N from 1 to 256 layers", "no model size", "-e d0");
     expect_error("flag -e d300: a new model is dN", "too deep a model", "-e d300");

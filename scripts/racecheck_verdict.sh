@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# scripts/racecheck_verdict.sh LOG: the verdict on a `compute-sanitizer --tool racecheck` log of
+# test_attention_gpu (scripts/attention_check.sh's sanitize stage). Racecheck reports hazards
+# inside cuBLAS's own GEMM kernels (nvjet_*, which the naive reference calls), and with a kernel
+# filter (--kernel-name) it fails to run at all (an internal error of the tool, seen with
+# compute-sanitizer 2025 on an H200), so it checks every kernel and this script judges: it
+# prints the kernels named in hazards (both report formats: "Read access at KERNEL+0x.." and,
+# with --racecheck-report hazard, "Thread (x,y,z) at KERNEL+0x.."), then exits 0 when no
+# hazard is in a kernel of ours, 1 when one is, when hazards were counted but no kernel could be
+# read from the report, or when the log has no racecheck summary (the run did not finish).
+set -u
+[ $# -eq 1 ] && [ -r "$1" ] || { echo "usage: scripts/racecheck_verdict.sh RACECHECK_LOG (a readable file)" >&2; exit 2; }
+log=$1
+names=$(grep -oE '(access|Thread \([0-9,]+\)) at [A-Za-z_0-9]+' "$log" | awk '{print $NF}' | sort | uniq -c)
+echo "kernels named in hazards: $(echo "${names:-none}" | awk '{$1=$1; print}' | paste -sd ';' -)"
+if ! grep -q 'RACECHECK SUMMARY' "$log"; then
+    echo "FAILED: no racecheck summary in $log (the run did not finish)"; exit 1
+fi
+if ! grep -q 'RACECHECK SUMMARY: 0 hazards' "$log"; then
+    if [ -z "$names" ]; then echo "FAILED: hazards counted, no kernel named"; exit 1; fi
+    if echo "$names" | grep -vq ' nvjet_'; then echo "FAILED: a hazard in a kernel that is not cuBLAS's"; exit 1; fi
+fi
+echo "ok: no hazard in this project's kernels"
