@@ -94,6 +94,7 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #ifndef FLASH_SM90_BWD_GROUP
 #define FLASH_SM90_BWD_GROUP 4
 #endif
+static_assert(FLASH_SM90_BWD_GROUP >= 1, "FLASH_SM90_BWD_GROUP: key blocks of a group, at least 1");
 
 // The shapes measured best on an H200 (docs/PERF.md, "Hopper forward"): HS=128, 2 consumers and
 // a 3-stage ring (all the shared memory there is; 2 stages left the consumers waiting for K/V);

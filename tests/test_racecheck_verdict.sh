@@ -21,12 +21,18 @@ check "hazards only in cuBLAS's kernels (default format): ok" \
     verdict 0 "$(race nvjet_sm90_tst_64x192_64x6_1x2_h_bz_NNN)$(race nvjet_sm90_tst_256x96_TNT)$S: 2 hazards displayed (2 errors, 0 warnings)\n"
 check "hazards only in cuBLAS's kernels (--racecheck-report hazard): ok" \
     verdict 0 "$(hazard nvjet_sm90_tst_256x96_TNT)$S: 1 hazard displayed (1 error, 0 warnings)\n"
+# our kernels as the tool prints them: demangled, templates with "void " before the namespace
+flash='void (anonymous namespace)::flash_backward_sm90_kernel<(int)64, (bool)0>(CUtensorMap_st, int, float)'
 check "a hazard in a flash kernel among cuBLAS's: failed" \
-    verdict 1 "$(race nvjet_sm90_tst_256x96_TNT)$(race flash_backward_sm90_kernel)$S: 2 hazards displayed (2 errors, 0 warnings)\n"
+    verdict 1 "$(race nvjet_sm90_tst_256x96_TNT)$(race "$flash")$S: 2 hazards displayed (2 errors, 0 warnings)\n"
+check "a hazard in a kernel of an anonymous namespace, not a template: failed" \
+    verdict 1 "$(race nvjet_sm90_tst_256x96_TNT)$(race '(anonymous namespace)::causal_softmax_kernel(float *, int)')$S: 2 hazards displayed (2 errors, 0 warnings)\n"
 check "a hazard in naive's softmax (hazard format): failed" \
-    verdict 1 "$(hazard causal_softmax_kernel)$S: 1 hazard displayed (1 error, 0 warnings)\n"
-check "hazards counted but no kernel named (the tool's internal error): failed" \
-    verdict 1 "========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.\n$S: 1 hazard displayed (1 error, 0 warnings)\n"
+    verdict 1 "$(hazard 'causal_softmax_kernel(float *, int)')$S: 1 hazard displayed (1 error, 0 warnings)\n"
+check "hazards counted but no kernel named: failed" \
+    verdict 1 "$S: 1 hazard displayed (1 error, 0 warnings)\n"
+check "the tool's internal error, even with 0 hazards counted: failed" \
+    verdict 1 "========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.\n$S: 0 hazards displayed (0 errors, 0 warnings)\n"
 check "no summary (the run did not finish): failed" verdict 1 "$(race nvjet_sm90_tst_256x96_TNT)"
 check "no log given: usage, exit 2" bash -c 'bash scripts/racecheck_verdict.sh 2>/dev/null; [ $? -eq 2 ]'
 check "an unreadable log: usage, exit 2" bash -c "bash scripts/racecheck_verdict.sh $tmp/missing 2>/dev/null; [ \$? -eq 2 ]"
