@@ -361,10 +361,11 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //                   │ (2 buffers)   │ ──► dQ_i = dS K: consumer c computes 64 x 64 of it (SS, both
 //                   ├───────────────┤      operands transposed), -> shared memory, swizzled
 //                   │ dQ staging    │ ──► writer thread: TMA reduce-add into the fp32 dQ sums
-//                   └───────────────┘      (B, T, NH, HS); `deterministic`: in a fixed order
+//                   │               │      (B, T, NH, HS); `deterministic`: in a fixed order;
+//                   └───────────────┘      at an item's end dK, dV, TMA-stored into dqkv
 //
 //   producer warpgroup (24 registers): thread 0 issues every load (K, V once; then the ring),
-//   thread 32 issues every dQ reduction; consumers 1, 2 (240 registers).
+//   thread 32 issues every dQ reduction and dK/dV store; consumers 1, 2 (240 registers).
 //
 // Why this shape (FlashAttention-3's backward, arXiv 2407.08608, is the same plan):
 // - Key/value-outer: dK and dV stay in registers for the whole item and are written once; only
@@ -408,6 +409,9 @@ struct BwdShape {
     static constexpr int DS_BYTES = BC * BR * 2;        // dS^T, [BR/64 panels][BC][64]
     static constexpr int DQ_BOX_BYTES = 64 * 128;       // a TMA box of dQ: 64 rows x 32 fp32
     static constexpr int DQ_PART_BYTES = 2 * DQ_BOX_BYTES;   // a consumer's 64 x 64 of dQ
+    // at an item's end the staging takes the consumer's dK, dV: 64 x 64 bf16 panels (8 KB, a
+    // box's bytes), dK's HS/64 then dV's, two a round
+    static constexpr int DKV_ROUNDS = PANELS;
     // consumer c's part of the BR x HS dQ tile: rows dq_row(c).., columns dq_col(c)..
     __device__ static constexpr int dq_row(int c) { return BR == 128 ? 64 * c : 0; }
     __device__ static constexpr int dq_col(int c) { return BR == 128 ? 0 : 64 * c; }
@@ -451,16 +455,18 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                                const __grid_constant__ CUtensorMap kv_map,   // qkv, BC-row boxes
                                const __grid_constant__ CUtensorMap do_map,   // dout, BR-row boxes
                                const __grid_constant__ CUtensorMap dq_map,   // dQ sums, 64 x 32
-                               bf16 *__restrict__ dqkv, const float *__restrict__ lse2,
+                               const __grid_constant__ CUtensorMap dkv_map,  // dqkv, 64-row boxes
+                               const float *__restrict__ lse2,
                                const float *__restrict__ Dg, uint32_t *__restrict__ dq_flags,
                                uint32_t *__restrict__ next_item, int T, int Tpad, int NH, int BNH,
                                int group, float scale, float scale_log2) {
     // Stages (the tile picture and the per-step list in the comment above):
     //   producer (thread 0): per item K, V once, then Q, dO, lse, D of each query tile (the ring)
-    //   dQ writer (thread 32): each step's two dQ parts, TMA reduce-added into the fp32 sums
+    //   writer (thread 32): each step's two dQ parts, TMA reduce-added into the fp32 sums; each
+    //     item's dK, dV, TMA-stored
     //   consumer c (key rows 64c..), per query tile: S^T, dP^T -> P^T (causal on the diagonal),
     //     dS^T -> dV += P^T dO, dK += dS^T Q; dS^T -> shared -> dQ part = dS K -> staging
-    //   per item: dK * scale, dV -> dqkv
+    //   per item: dK * scale, dV -> staging -> the writer
     using S = BwdShape<HS>;
     constexpr int BC = S::BC, BR = S::BR, STAGES = S::STAGES;
     extern __shared__ unsigned char smem_raw[];
@@ -569,13 +575,14 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 t = gridDim.x + atomicAdd(next_item, 1u);   // the next item, once these are issued
             }
         } else if (threadIdx.x == 32) {
-            // ---- dQ writer: each step's two 64 x 64 parts, reduce-added into the fp32 sums
-            int ring = 0;
+            // ---- writer: each step's two 64 x 64 dQ parts, reduce-added into the fp32 sums; at
+            // an item's end its dK, dV, stored into dqkv (`staged` counts the staging's uses)
+            int ring = 0, staged = 0;
             for (int n = 0;; n++) {
                 const int t = take_item(n);
                 if (t >= items) break;
                 const Item it = item(t);
-                for (int step = 0; step < it.steps; step++, ring++) {
+                for (int step = 0; step < it.steps; step++, ring++, staged++) {
                     const int tile = it.first_tile + step, q0 = tile * BR;
                     uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
                     if (DETERMINISTIC) {
@@ -592,7 +599,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         fence_proxy_async_global();
                     }
                     for (int c = 0; c < 2; c++) {
-                        mbar_wait(&dq_full[c], ring & 1);
+                        mbar_wait(&dq_full[c], staged & 1);
                         for (int x = 0; x < 2; x++)
                             tma_reduce_add_4d(&dq_map,
                                               base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
@@ -607,6 +614,23 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         fence_proxy_async_global();
                         add_release(flag, 1);
                     }
+                }
+                // dK, dV: consumer c's 64 key rows, in rounds of two 64-column panels (S::DKV_ROUNDS)
+                for (int r = 0; r < S::DKV_ROUNDS; r++, staged++) {
+                    for (int c = 0; c < 2; c++) {
+                        mbar_wait(&dq_full[c], staged & 1);
+                        for (int x = 0; x < 2; x++) {
+                            const int panel = 2 * r + x, part = 1 + panel / S::PANELS;   // 1 K, 2 V
+                            tma_store_4d(&dkv_map,
+                                         base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
+                                         (panel % S::PANELS) * kPanelCols, part * NH + it.h,
+                                         it.kv0 + 64 * c, it.b);
+                        }
+                    }
+                    tma_commit();
+                    tma_wait_read();
+                    mbar_arrive(&dq_empty[0]);
+                    mbar_arrive(&dq_empty[1]);
                 }
             }
             tma_wait();
@@ -635,12 +659,13 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             mbar_arrive(&dq_full[c]);
         };
 
-        int ring = 0;   // the CTA's steps over all its items (ring stages, dS^T buffers)
+        int ring = 0;     // the CTA's steps over all its items (ring stages, dS^T buffers)
+        int staged = 0;   // uses of this consumer's staging (each step's dQ part, each dK/dV round)
         for (int n = 0;; n++) {
             const int ti = take_item(n);
             if (ti >= items) break;
             const Item it = item(ti);
-            const int b = it.b, h = it.h, kv0 = it.kv0, first_tile = it.first_tile, steps = it.steps;
+            const int kv0 = it.kv0, first_tile = it.first_tile, steps = it.steps;
             const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
             float dk[HS / 2], dv[HS / 2];
 #pragma unroll
@@ -741,7 +766,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 mbar_arrive(&empty[slot.stage]);   // Q, dO, lse, D of this stage are no longer read
 
                 // dQ part -> staging, two 64 x 32 fp32 boxes in TMA's 128-byte swizzle
-                mbar_wait(&dq_empty[c], (ring & 1) ^ 1);
+                mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
                 unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
 #pragma unroll
                 for (int i = 0; i < 32; i += 2) {
@@ -755,20 +780,32 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             if (steps > 0) hand_over_dq();
             mbar_arrive(&kv_empty);   // K and V no longer read: the producer may load the next item's
 
-            // dK = scale * sum dS^T Q, dV = sum P^T dO: written once into packed dqkv
-            const int C = NH * HS;
+            // dK = scale * sum dS^T Q, dV = sum P^T dO, written once into packed dqkv: through
+            // the staging, as 64 x 64 bf16 panels in TMA's 128-byte swizzle, stored by the writer.
+            // Not stored from here: this thread's next fence.proxy.async (MEMBAR.ALL.CTA in SASS,
+            // the dS^T store's, before the barrier with the other consumer) would wait for the
+            // stores to complete, a memory latency an item on both consumers' path (a d12 B=64
+            // step's attention 5% slower at HS=64, 7% at HS=128; docs/PERF.md, eighth session).
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int key = key0 + 8 * hf;
-                if (key >= T) continue;
-                bf16 *dk_g = dqkv + ((size_t)(b * T + key) * 3 + 1) * C + h * HS + 2 * t;
-                bf16 *dv_g = dk_g + C;
+            for (int r = 0; r < S::DKV_ROUNDS; r++) {
+                mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
+                unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
 #pragma unroll
-                for (int i = 2 * hf; i < HS / 2; i += 4) {
-                    *reinterpret_cast<uint32_t *>(dk_g + Frag::col(i)) =
-                        pack_bf16(dk[i] * scale, dk[i + 1] * scale);
-                    *reinterpret_cast<uint32_t *>(dv_g + Frag::col(i)) = pack_bf16(dv[i], dv[i + 1]);
+                for (int x = 0; x < 2; x++) {
+                    const int panel = 2 * r + x;
+                    const bool is_k = panel < S::PANELS;
+                    const int col0 = (panel % S::PANELS) * kPanelCols;   // of the accumulator
+#pragma unroll
+                    for (int i = 0; i < HS / 2; i += 2) {
+                        if (Frag::col(i) / kPanelCols != col0 / kPanelCols) continue;
+                        const float a = is_k ? dk[i] * scale : dv[i];
+                        const float a1 = is_k ? dk[i + 1] * scale : dv[i + 1];
+                        const int row = 16 * warp + g + Frag::row(i), col = 2 * t + Frag::col(i) - col0;
+                        *reinterpret_cast<uint32_t *>(staging + x * S::DQ_BOX_BYTES +
+                                                      swizzle_128b(row, col * 2)) = pack_bf16(a, a1);
+                    }
                 }
+                hand_over_dq();
             }
         }
     }
@@ -886,6 +923,7 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
         *tensor_map_4d(dout, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, HS, NH, T, B, kPanelCols, S::BR);
     const CUtensorMap dq_map =
         *tensor_map_4d(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, HS, NH, T, B, 32, 64);
+    const CUtensorMap dkv_map = *qkv_tensor_map(dqkv, B, T, NH, HS, 64);
     // Persistent: one CTA per SM, all resident at once (one CTA fills an SM), as the
     // deterministic mode's waits need, each taking items from the counter. On an H200 it
     // measured 1.03-1.05x one CTA per item at T <= 4,096 (HS=64) and level beyond and at HS=128
@@ -894,7 +932,7 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
     const int items = ceil_div(T, S::BC) * B * NH;
     const int blocks = FLASH_SM90_PERSISTENT && items > cuda_num_sms ? cuda_num_sms : items;
     const int group = FLASH_SM90_BWD_GROUP;   // key blocks of a head in a row (the kernel says why)
-    kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dqkv, lse2,
+    kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dkv_map, lse2,
                                                         D, dq_flags, next_item, T, Tpad, NH,
                                                         B * NH, group, scale, scale * kLog2e);
     LAUNCH_CHECK();

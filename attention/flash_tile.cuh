@@ -266,6 +266,16 @@ __device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap *map, uint32
         "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
 }
+// cp.async.bulk.tensor.4d global <- shared: TMA store of one shared-memory box into the tensor at
+// {c0..c3} (parts outside the tensor are not written); one bulk group operation, as above
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, uint32_t src, int c0, int c1,
+                                             int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group "
+        "[%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+        "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
 // cp.async.bulk (1-D): `bytes` (a multiple of 16, both addresses 16-byte aligned) from global
 // to shared memory; they complete on `bar`
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
