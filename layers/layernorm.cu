@@ -10,7 +10,15 @@
 #include "column_sums.cuh"
 #include "layers.h"
 
-enum { LN_UNROLL = 4 };
+// UNROLL, the vectors of a row a lane holds: as many as the row needs to be read once and kept
+// in registers, up to 7 (C <= 1,792 at VEC = 8: every GPT-2 size); beyond, 4 a round and the
+// row read again by the later passes (from L1, or from L2 once a block's rows do not fit: at
+// C = 1,280 and 1,600 a second and third read of rows that L1 had lost)
+template <int VEC>
+static int layernorm_unroll(int C) {
+    const int per_lane = ceil_div(C / VEC, 32);
+    return VEC == 8 && per_lane > 4 ? (per_lane <= 5 ? 5 : per_lane <= 7 ? 7 : 4) : 4;
+}
 
 // x = a, or with add (not NULL) the residual add fused in: x = bf16(a + add), rounded as
 // residual_forward rounds it, written to residual in the last pass (so residual may alias a:
@@ -30,7 +38,7 @@ __device__ __forceinline__ void row_values(float (&xv)[VEC], typename BF16Raw<VE
     }
 }
 
-template <int VEC>
+template <int VEC, int UNROLL>
 __global__ void layernorm_forward_kernel(bf16 *residual, bf16 *__restrict__ out,
                                          float *__restrict__ mean, float *__restrict__ rstd,
                                          const bf16 *a, const bf16 *__restrict__ add,
@@ -49,18 +57,20 @@ __global__ void layernorm_forward_kernel(bf16 *residual, bf16 *__restrict__ out,
     const int nvec = C / VEC;
     typedef typename BF16Raw<VEC>::type Raw;
 
-    // the one pass that reads from DRAM: LN_UNROLL vectors per lane in flight at once
+    // the one pass that reads from DRAM: UNROLL vectors per lane in flight at once, kept for
+    // the other two passes when the row fits (in_registers), else read again
+    const bool in_registers = nvec <= 32 * UNROLL;
+    Raw raw[UNROLL], raw_add[UNROLL] = {};
     float sum = 0.0f;
-    for (int base = lane; base < nvec; base += 32 * LN_UNROLL) {
-        Raw raw[LN_UNROLL], raw_add[LN_UNROLL] = {};
+    for (int base = lane; base < nvec; base += 32 * UNROLL) {
 #pragma unroll
-        for (int u = 0; u < LN_UNROLL; u++)
+        for (int u = 0; u < UNROLL; u++)
             if (base + 32 * u < nvec) {
                 raw[u] = load_bf16_raw<VEC>(x + (base + 32 * u) * VEC);
                 if (has_add) raw_add[u] = load_bf16_raw<VEC>(y + (base + 32 * u) * VEC);
             }
 #pragma unroll
-        for (int u = 0; u < LN_UNROLL; u++) {
+        for (int u = 0; u < UNROLL; u++) {
             if (base + 32 * u >= nvec) break;
             float xv[VEC];
             row_values<VEC>(xv, raw[u], raw_add[u], has_add);
@@ -69,30 +79,45 @@ __global__ void layernorm_forward_kernel(bf16 *residual, bf16 *__restrict__ out,
         }
     }
     const float m = warp_allreduce_sum(sum) / C;
+    // f(xv, v) for the lane's vectors v = lane, lane + 32, ... in order: from the registers,
+    // or read again
+    auto each_vector = [&](auto f) {
+        if (in_registers) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                if (lane + 32 * u >= nvec) break;
+                float xv[VEC];
+                row_values<VEC>(xv, raw[u], raw_add[u], has_add);
+                f(xv, lane + 32 * u);
+            }
+        } else {
+            for (int v = lane; v < nvec; v += 32) {
+                float xv[VEC];
+                row_values<VEC>(xv, load_bf16_raw<VEC>(x + v * VEC),
+                                has_add ? load_bf16_raw<VEC>(y + v * VEC) : Raw{}, has_add);
+                f(xv, v);
+            }
+        }
+    };
 
     float sumsq = 0.0f;
-    for (int v = lane; v < nvec; v += 32) {
-        float xv[VEC];
-        row_values<VEC>(xv, load_bf16_raw<VEC>(x + v * VEC),
-                        has_add ? load_bf16_raw<VEC>(y + v * VEC) : Raw{}, has_add);
+    each_vector([&](const float (&xv)[VEC], int) {
 #pragma unroll
         for (int k = 0; k < VEC; k++) sumsq += (xv[k] - m) * (xv[k] - m);
-    }
+    });
     const float s = rsqrtf(warp_allreduce_sum(sumsq) / C + LAYERNORM_EPS);
 
     bf16 *o = out + (size_t)row * C;
     bf16 *r = has_add ? residual + (size_t)row * C : nullptr;
-    for (int v = lane; v < nvec; v += 32) {
-        float xv[VEC], w[VEC], b[VEC], yv[VEC];
-        row_values<VEC>(xv, load_bf16_raw<VEC>(x + v * VEC),
-                        has_add ? load_bf16_raw<VEC>(y + v * VEC) : Raw{}, has_add);
+    each_vector([&](const float (&xv)[VEC], int v) {
+        float w[VEC], b[VEC], yv[VEC];
         if (has_add) store_bf16<VEC>(r + v * VEC, xv);   // already bf16 values: stored exactly
         load_bf16<VEC>(w, weight + v * VEC);
         load_bf16<VEC>(b, bias + v * VEC);
 #pragma unroll
         for (int k = 0; k < VEC; k++) yv[k] = (xv[k] - m) * s * w[k] + b[k];
         store_bf16<VEC>(o + v * VEC, yv);
-    }
+    });
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = s;
@@ -107,9 +132,13 @@ static void layernorm_forward_launch(floatX *residual, floatX *out, float *mean,
     const bool vec8 = C % 8 == 0 && is_aligned16(out) && is_aligned16(a) && is_aligned16(weight) &&
                       is_aligned16(bias) && (!add || (is_aligned16(add) && is_aligned16(residual)));
     const int blocks = ceil_div(N, rows_per_block);
-    launch_pdl(vec8 ? layernorm_forward_kernel<8> : layernorm_forward_kernel<1>, blocks, threads,
-               0, BF(residual), BF(out), mean, rstd, CBF(a), CBF(add), CBF(weight), CBF(bias), N,
-               C);
+    const int unroll = layernorm_unroll<8>(C);
+    auto kernel = !vec8 ? layernorm_forward_kernel<1, 4>
+                  : unroll == 5 ? layernorm_forward_kernel<8, 5>
+                  : unroll == 7 ? layernorm_forward_kernel<8, 7>
+                                : layernorm_forward_kernel<8, 4>;
+    launch_pdl(kernel, blocks, threads, 0, BF(residual), BF(out), mean, rstd, CBF(a), CBF(add),
+               CBF(weight), CBF(bias), N, C);
     LAUNCH_CHECK();
 }
 
@@ -129,13 +158,14 @@ void layernorm_residual_forward(floatX *residual, floatX *out, float *mean, floa
 //   dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd
 //   dweight += norm * dout, dbias += dout (summed over rows)
 
-enum { LN_BACKWARD_THREADS = 128, LN_BACKWARD_UNROLL = 4 };
+enum { LN_BACKWARD_THREADS = 128 };
+
 
 // SUMS column sums: dweight, dbias and, when SUMS = 3, dinp's as it leaves (dproj_bias).
 // Shared memory: per warp, SUMS accumulators of C floats each, stored as [k][v] for channel
 // v*VEC + k so that the lanes of a warp touch consecutive words.
 // partial: (gridDim.x, SUMS, C) fp32, this block's sums in channel order.
-template <int VEC, int SUMS>
+template <int VEC, int SUMS, int UNROLL>
 __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
     layernorm_backward_kernel(float *__restrict__ partial, bf16 *__restrict__ dinp,
                               const bf16 *__restrict__ dout, const bf16 *__restrict__ inp,
@@ -174,17 +204,17 @@ __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
             store_bf16<VEC>(dx + v * VEC, dxv);
         };
 
-        // The pass that reads the row from DRAM, LN_BACKWARD_UNROLL vectors of x and dout (and
-        // of dx, when the row fits: then in registers for the second pass) in flight a lane. A
-        // row of up to 32 * LN_BACKWARD_UNROLL vectors (C <= 1024 at VEC = 8) is read once; a
-        // longer one is read again, from L1 or L2, by the second pass.
-        const bool in_registers = nvec <= 32 * LN_BACKWARD_UNROLL;
+        // The pass that reads the row from DRAM, UNROLL vectors of x and dout (and of dx, when
+        // the row fits: then in registers for the second pass) in flight a lane. A row of up to
+        // 32 * UNROLL vectors is read once; a longer one is read again by the second pass, from
+        // L1 or L2.
+        const bool in_registers = nvec <= 32 * UNROLL;
         typedef typename BF16Raw<VEC>::type Raw;
-        Raw x_raw[LN_BACKWARD_UNROLL], dy_raw[LN_BACKWARD_UNROLL], dx_raw[LN_BACKWARD_UNROLL];
+        Raw x_raw[UNROLL], dy_raw[UNROLL], dx_raw[UNROLL];
         float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-        for (int base = lane; base < nvec; base += 32 * LN_BACKWARD_UNROLL) {
+        for (int base = lane; base < nvec; base += 32 * UNROLL) {
 #pragma unroll
-            for (int u = 0; u < LN_BACKWARD_UNROLL; u++) {
+            for (int u = 0; u < UNROLL; u++) {
                 if (base + 32 * u < nvec) {
                     x_raw[u] = load_bf16_raw<VEC>(x + (base + 32 * u) * VEC);
                     dy_raw[u] = load_bf16_raw<VEC>(dy + (base + 32 * u) * VEC);
@@ -192,7 +222,7 @@ __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
                 }
             }
 #pragma unroll
-            for (int u = 0; u < LN_BACKWARD_UNROLL; u++) {
+            for (int u = 0; u < UNROLL; u++) {
                 const int v = base + 32 * u;
                 if (v >= nvec) break;
                 float xv[VEC], dyv[VEC], w[VEC];
@@ -212,7 +242,7 @@ __global__ void __launch_bounds__(LN_BACKWARD_THREADS)
 
         if (in_registers) {
 #pragma unroll
-            for (int u = 0; u < LN_BACKWARD_UNROLL; u++) {
+            for (int u = 0; u < UNROLL; u++) {
                 const int v = lane + 32 * u;
                 if (v >= nvec) break;
                 float xv[VEC], dyv[VEC], dxv[VEC];
@@ -250,17 +280,31 @@ static size_t layernorm_backward_smem(int C) {
     return (size_t)(LN_BACKWARD_THREADS / 32) * SUMS * C * sizeof(float);
 }
 
-// the grid of layernorm_backward_kernel<VEC, SUMS> at (N, C): as many blocks as are resident on
-// the GPU at once, no more than the rows need. Also sets the kernel's shared-memory limit.
+// the kernel for (VEC, SUMS) at width C (layernorm_unroll)
+template <int VEC, int SUMS>
+static void (*layernorm_backward_kernel_for(int C))(float *, bf16 *, const bf16 *, const bf16 *,
+                                                    const bf16 *, const float *, const float *,
+                                                    int, int) {
+    if constexpr (VEC == 8) {
+        switch (layernorm_unroll<VEC>(C)) {
+        case 5: return layernorm_backward_kernel<VEC, SUMS, 5>;
+        case 7: return layernorm_backward_kernel<VEC, SUMS, 7>;
+        }
+    }
+    return layernorm_backward_kernel<VEC, SUMS, 4>;
+}
+
+// the grid of layernorm_backward_kernel<VEC, SUMS, ..> at (N, C): as many blocks as are resident
+// on the GPU at once, no more than the rows need. Also sets the kernel's shared-memory limit.
 template <int VEC, int SUMS>
 static int layernorm_backward_blocks(int N, int C) {
     const size_t smem = layernorm_backward_smem<SUMS>(C);
+    const auto kernel = layernorm_backward_kernel_for<VEC, SUMS>(C);
     if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<VEC, SUMS>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int blocks_per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks_per_sm, layernorm_backward_kernel<VEC, SUMS>, LN_BACKWARD_THREADS, smem));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel,
+                                                             LN_BACKWARD_THREADS, smem));
     if (blocks_per_sm < 1)
         die("layernorm_backward: C=%d needs more shared memory than a block has", C);
     int blocks = blocks_per_sm * cuda_num_sms;
@@ -286,8 +330,8 @@ static void layernorm_backward_launch(floatX *dinp, floatX *dweight, floatX *dbi
                                       const floatX *inp, const floatX *weight, const float *mean,
                                       const float *rstd, int N, int C) {
     const int blocks = layernorm_backward_blocks<VEC, SUMS>(N, C);
-    layernorm_backward_kernel<VEC, SUMS><<<blocks, LN_BACKWARD_THREADS,
-                                           layernorm_backward_smem<SUMS>(C), cuda_stream>>>(
+    layernorm_backward_kernel_for<VEC, SUMS>(C)<<<blocks, LN_BACKWARD_THREADS,
+                                                  layernorm_backward_smem<SUMS>(C), cuda_stream>>>(
         partial, BF(dinp), CBF(dout), CBF(inp), CBF(weight), mean, rstd, N, C);
     LAUNCH_CHECK();
     add_column_sums(ColumnSumsDst{{BF(dweight), BF(dbias), BF(dproj_bias)}}, SUMS, C, partial,

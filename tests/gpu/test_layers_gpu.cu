@@ -416,13 +416,18 @@ static void test_layernorm(void) {
     test_layernorm_residual_case(37, 768);
     test_layernorm_residual_case(67, 20);     // scalar path
     test_layernorm_residual_case(257, 1600);
+    test_layernorm_residual_case(300, 1280);
+    test_layernorm_residual_case(40, 2048);   // past 7 vectors a lane: the row read again
     test_layernorm_case(37, 768);
     test_layernorm_case(1, 768);
     test_layernorm_case(130, 40);
     test_layernorm_case(67, 20);     // C % 8 != 0: scalar path
     test_layernorm_case(64, 36);
     test_layernorm_case(4096, 768);  // GPT-2 width, many rows per block
-    test_layernorm_case(257, 1600);  // GPT-2 XL width: > 48 KiB of shared memory
+    test_layernorm_case(257, 1600);  // GPT-2 XL width: > 48 KiB of shared memory, 7 vectors a lane
+    test_layernorm_case(300, 1280);  // GPT-2 large (d36): 5 vectors a lane
+    test_layernorm_case(70, 1024);   // GPT-2 medium (d24): 4, the row read once
+    test_layernorm_case(40, 2048);   // past 7 vectors a lane: the row read again
 }
 
 // ----------------------------------------------------------------------------------------
