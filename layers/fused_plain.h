@@ -40,19 +40,13 @@ static inline void plain_layernorm_matmul(floatX *out, PlainScratch s, const flo
                                           const floatX *weight, const floatX *bias, int N, int C,
                                           int OC, int gelu) {
     layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
-    if (gelu) {
-        matmul_forward(s.pre, s.ln, weight, bias, N, C, OC);
-        gelu_forward(out, s.pre, (size_t)N * OC);
-    } else {
-        matmul_forward(out, s.ln, weight, bias, N, C, OC);
-    }
+    matmul_forward_epilogue(out, s.pre, s.ln, weight, bias, N, C, OC, gelu, 0);
 }
 
 static inline void plain_matmul_residual(floatX *residual, PlainScratch s, const floatX *inp,
                                          const floatX *weight, const floatX *bias, int N, int C,
                                          int OC) {
-    matmul_forward(s.pre, inp, weight, bias, N, C, OC);
-    residual_forward(residual, residual, s.pre, (size_t)N * OC);
+    matmul_forward_epilogue(residual, s.pre, inp, weight, bias, N, C, OC, 0, 1);
 }
 
 static inline void plain_lm_head(floatX *logits, int *argmax, PlainScratch s, const floatX *inp,

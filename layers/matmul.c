@@ -10,6 +10,7 @@
 //     the left operand, and does MM_ROWS*MM_COLS multiply-adds, a loop the compiler vectorizes.
 // A forward pass over fewer rows than one tile (token-by-token generation) takes a plain
 // dot-product path instead, matmul_forward_few_rows.
+#include "../utils.h"
 #include "channel_chunks.h"
 #include "layers.h"
 
@@ -140,6 +141,18 @@ void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const 
     View inp_view = {inp, (size_t)C, 1};         // (N, C)
     View weight_t = {weight, 1, (size_t)C};      // weight^T: (C, OC)
     block_matmul(out, (size_t)OC, inp_view, weight_t, bias, N, OC, C, 0);
+}
+
+void matmul_forward_epilogue(floatX *out, floatX *pre, const floatX *inp, const floatX *weight,
+                             const floatX *bias, int N, int C, int OC, int gelu, int add) {
+    if (gelu && add) die("matmul_forward_epilogue: GELU or the add, not both");
+    if (!gelu && !add) {
+        matmul_forward(out, inp, weight, bias, N, C, OC);
+        return;
+    }
+    matmul_forward(pre, inp, weight, bias, N, C, OC);
+    if (add) residual_forward(out, out, pre, (size_t)N * OC);
+    else gelu_forward(out, pre, (size_t)N * OC);
 }
 
 size_t matmul_backward_scratch_size(int N, int OC) { return 0; }

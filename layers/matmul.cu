@@ -30,7 +30,7 @@ enum { TUNE_CANDIDATES = 8, TUNE_REPS = 5 };
 typedef struct {
     cublasOperation_t transa, transb;
     int m, n, k, lda, ldb, ldd;
-    int has_bias, accumulate;
+    int has_bias, accumulate, gelu;
     int align_a, align_b, align_d;   // bytes the pointers are aligned to (up to 256)
     int tune;                        // MATMUL_TUNE when the plan was made (0, 1, 2)
     cublasLtMatmulDesc_t desc;
@@ -56,7 +56,7 @@ static int pointer_alignment(const void *p) {
 
 static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                             int k, int lda, int ldb, int ldd, int has_bias, int accumulate,
-                            int align_a, int align_b, int align_d) {
+                            int gelu, int align_a, int align_b, int align_d) {
     // read at every call, not once: a plan made under MATMUL_TUNE=0 is another plan (the tests
     // compare the two in one process)
     const char *tune_env = getenv("MATMUL_TUNE");
@@ -65,7 +65,8 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
         MatmulPlan *p = &plans[i];
         if (p->transa == transa && p->transb == transb && p->m == m && p->n == n && p->k == k &&
             p->lda == lda && p->ldb == ldb && p->ldd == ldd && p->has_bias == has_bias &&
-            p->accumulate == accumulate && p->align_a == align_a && p->align_b == align_b &&
+            p->accumulate == accumulate && p->gelu == gelu && p->align_a == align_a &&
+            p->align_b == align_b &&
             p->align_d == align_d && p->tune == tune)
             return p;
     }
@@ -82,14 +83,15 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b_layout));
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->d_layout));
     }
-    *p = MatmulPlan{transa, transb, m, n, k, lda, ldb, ldd, has_bias, accumulate,
+    *p = MatmulPlan{transa, transb, m, n, k, lda, ldb, ldd, has_bias, accumulate, gelu,
                     align_a, align_b, align_d, tune};
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa,
                                                 sizeof(transa)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb,
                                                 sizeof(transb)));
-    cublasLtEpilogue_t epilogue = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epilogue = has_bias ? (gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                           : (gelu ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT);
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                 sizeof(epilogue)));
     if (has_bias) {
@@ -127,8 +129,8 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         p->use_gemm_ex = 1;
         note("cuBLASLt has no algorithm for the bf16 GEMM m=%d n=%d k=%d (lda=%d ldb=%d ldd=%d, "
-             "pointer alignments %d %d %d bytes, bias %d): using cublasGemmEx",
-             m, n, k, lda, ldb, ldd, align_a, align_b, align_d, has_bias);
+             "pointer alignments %d %d %d bytes, bias %d, GELU %d): using cublasGemmEx",
+             m, n, k, lda, ldb, ldd, align_a, align_b, align_d, has_bias, gelu);
         return p;
     }
     p->algo = results[0].algo;
@@ -224,12 +226,13 @@ __global__ void add_bias_kernel(bf16 *D, const bf16 *bias, int m, int n, int ldd
     *d = __float2bfloat16_rn(__bfloat162float(*d) + __bfloat162float(bias[i]));
 }
 
-// D (m,n) = op(A) @ op(B) [+ bias over rows of D] [+ D], column-major, bf16, fp32 accumulation
+// D (m,n) = [gelu of] op(A) @ op(B) [+ bias over rows of D] [+ D], column-major, bf16, fp32
+// accumulation, one rounding (GELU: cuBLASLt's, of the fp32 sum)
 static void lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                       const floatX *A, int lda, const floatX *B, int ldb, floatX *D, int ldd,
-                      const floatX *bias, int accumulate) {
+                      const floatX *bias, int accumulate, int gelu = 0) {
     MatmulPlan *p = get_plan(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, accumulate,
-                             pointer_alignment(A), pointer_alignment(B), pointer_alignment(D));
+                             gelu, pointer_alignment(A), pointer_alignment(B), pointer_alignment(D));
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     // the bias epilogue needs a 16-byte aligned bias; without one, the bias goes apart too
     if (p->use_gemm_ex || (bias && !is_aligned16(bias))) {
@@ -239,6 +242,10 @@ static void lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m,
         if (bias) {
             add_bias_kernel<<<ceil_div((long)m * n, 256), 256, 0, cuda_stream>>>(BF(D), CBF(bias), m, n, ldd);
             LAUNCH_CHECK();
+        }
+        if (gelu) {
+            if (ldd != m) die("lt_matmul: GELU apart from the GEMM needs a dense D (ldd %d, m %d)", ldd, m);
+            gelu_forward(D, D, (size_t)m * n);
         }
         return;
     }
@@ -256,6 +263,16 @@ void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const 
                     int N, int C, int OC) {
     // out^T (OC,N) = weight (OC,C) @ inp^T (C,N); weight is stored column-major as (C,OC)
     lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, bias, 0);
+}
+
+// layers.h: the decode step's plain path (fused.cu above FUSED_MAX_ROWS rows) with the GELU or
+// the residual add in the GEMM's epilogue, one kernel instead of two; pre is not needed here.
+// The separate kernels round the matmul's output to bf16 before GELU or the add, the epilogue
+// rounds once, and cuBLASLt's GELU is not gelu_forward's to the bit: inference only.
+void matmul_forward_epilogue(floatX *out, floatX *pre, const floatX *inp, const floatX *weight,
+                             const floatX *bias, int N, int C, int OC, int gelu, int add) {
+    if (gelu && add) die("matmul_forward_epilogue: GELU or the add, not both");
+    lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, bias, add, gelu);
 }
 
 // partial column sums of dbias (column_sums.cuh)
