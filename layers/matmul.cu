@@ -7,6 +7,7 @@
 // row-major product below is issued as its transpose: out^T = weight @ inp^T, and so on.
 #include "../runtime/cuda_common.cuh"
 #include "column_sums.cuh"
+#include "gelu.cuh"
 #include "layers.h"
 
 // ---- the algorithm: the heuristic's first, or the fastest of its candidates with its bits ----
@@ -217,13 +218,17 @@ static void tune_plan(MatmulPlan *p, const floatX *A, const floatX *B, floatX *D
              p->m, p->n, p->k, best, p->n_candidates, best_ms, first_ms, other_bits);
 }
 
-// D[i, j] += bias[i] for the (m,n) column-major D of the cublasGemmEx fallback
-__global__ void add_bias_kernel(bf16 *D, const bf16 *bias, int m, int n, int ldd) {
+// D[i, j] += bias[i] (bias not NULL), then D[i, j] = gelu(D[i, j]) (gelu), for the (m,n)
+// column-major D of the cublasGemmEx fallback
+__global__ void bias_gelu_kernel(bf16 *D, const bf16 *bias, int m, int n, int ldd, int gelu) {
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)m * n) return;
     const int i = (int)(idx % m), j = (int)(idx / m);
     bf16 *d = D + (size_t)j * ldd + i;
-    *d = __float2bfloat16_rn(__bfloat162float(*d) + __bfloat162float(bias[i]));
+    float x = __bfloat162float(*d);
+    if (bias) x = __bfloat162float(__float2bfloat16_rn(x + __bfloat162float(bias[i])));
+    if (gelu) x = gelu_value(x);
+    *d = __float2bfloat16_rn(x);
 }
 
 // D (m,n) = [gelu of] op(A) @ op(B) [+ bias over rows of D] [+ D], column-major, bf16, fp32
@@ -239,13 +244,9 @@ static void lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m,
         CUBLAS_CHECK(cublasGemmEx(cublas_handle, transa, transb, m, n, k, &alpha, A, CUDA_R_16BF,
                                   lda, B, CUDA_R_16BF, ldb, &beta, D, CUDA_R_16BF, ldd,
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        if (bias) {
-            add_bias_kernel<<<ceil_div((long)m * n, 256), 256, 0, cuda_stream>>>(BF(D), CBF(bias), m, n, ldd);
+        if (bias || gelu) {
+            bias_gelu_kernel<<<ceil_div((long)m * n, 256), 256, 0, cuda_stream>>>(BF(D), CBF(bias), m, n, ldd, gelu);
             LAUNCH_CHECK();
-        }
-        if (gelu) {
-            if (ldd != m) die("lt_matmul: GELU apart from the GEMM needs a dense D (ldd %d, m %d)", ldd, m);
-            gelu_forward(D, D, (size_t)m * n);
         }
         return;
     }

@@ -453,6 +453,23 @@ static void test_matmul_case(int N, int C, int OC, bool with_bias, int bias_misa
     float *got_out = get_bf16(d_out, no);
     expect_close("forward out", got_out, out, no, BF16_TOL);
 
+    // the decode step's forms (matmul_forward_epilogue): GELU in the epilogue, and the output
+    // added to a residual (beta = 1); with the bias misaligned, both apart from the GEMM
+    if (with_bias) {
+        float *want = host_alloc(no), *res = host_random(no, 1.0f);
+        cpu_gelu_forward(want, out, no);
+        matmul_forward_epilogue(d_out, NULL, d_inp, d_weight, d_bias, N, C, OC, 1, 0);
+        float *got = get_bf16(d_out, no);
+        expect_close("forward, GELU in the epilogue", got, want, no, BF16_TOL);
+        free(got);
+        floatX_upload(d_out, res, no);
+        matmul_forward_epilogue(d_out, NULL, d_inp, d_weight, d_bias, N, C, OC, 0, 1);
+        cpu_residual_forward(want, res, out, no);
+        got = get_bf16(d_out, no);
+        expect_close("forward, added to the residual", got, want, no, BF16_TOL);
+        free(got); free(want); free(res);
+    }
+
     float *dout = host_random(no, 1.0f);
     float *dweight0 = host_random(oc, 1.0f), *dbias0 = host_random(OC, 1.0f);
     float *dinp = host_alloc(nc), *dweight = host_copy(dweight0, oc), *dbias = host_copy(dbias0, OC);
