@@ -577,12 +577,12 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         } else if (threadIdx.x == 32) {
             // ---- writer: each step's two 64 x 64 dQ parts, reduce-added into the fp32 sums; at
             // an item's end its dK, dV, stored into dqkv (`staged` counts the staging's uses)
-            int ring = 0, staged = 0;
+            int staged = 0;
             for (int n = 0;; n++) {
                 const int t = take_item(n);
                 if (t >= items) break;
                 const Item it = item(t);
-                for (int step = 0; step < it.steps; step++, ring++, staged++) {
+                for (int step = 0; step < it.steps; step++, staged++) {
                     const int tile = it.first_tile + step, q0 = tile * BR;
                     uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
                     if (DETERMINISTIC) {
