@@ -91,9 +91,10 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch
 // out = gelu(inp @ weight^T + bias) when gelu, out += inp @ weight^T + bias when add (out the
 // residual stream), else matmul_forward. pre (N,OC): scratch for the matmul's output where the
 // backend applies GELU or the add apart (CPU: the very matmul_forward, gelu_forward and
-// residual_forward of before; CUDA does not use it, and takes NULL). CUDA: one cuBLASLt GEMM, the work in its epilogue, rounded once,
-// with cuBLASLt's GELU: not the separate kernels' bits, so for inference only (training's
-// recomputation and resume need gelu_forward's and residual_forward's).
+// residual_forward of before); CUDA does not use it, and takes NULL. CUDA: one cuBLASLt GEMM,
+// the work in its epilogue, rounded once, with cuBLASLt's GELU: not the separate kernels' bits,
+// so for inference only (training's recomputation and resume need gelu_forward's and
+// residual_forward's).
 void matmul_forward_epilogue(floatX *out, floatX *pre, const floatX *inp, const floatX *weight,
                              const floatX *bias, int N, int C, int OC, int gelu, int add);
 
