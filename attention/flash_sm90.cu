@@ -95,6 +95,82 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #define FLASH_SM90_BWD_GROUP 4
 #endif
 static_assert(FLASH_SM90_BWD_GROUP >= 1, "FLASH_SM90_BWD_GROUP: key blocks of a group, at least 1");
+// The backward's ping-pong across items: 1, the turn runs on from one item to the next (consumer
+// 0 may start an item as soon as consumer 1 has issued its last products of the one before);
+// 0, it restarts at every item (consumer 0 waits until consumer 1 has taken the next item).
+#ifndef FLASH_SM90_BWD_PP_CARRY
+#define FLASH_SM90_BWD_PP_CARRY 0
+#endif
+
+// The backward's timeline, a measuring tool (off by default): build with -DFLASH_SM90_TRACE=1
+// (scripts/flash_variant.sh trace -DFLASH_SM90_TRACE=1) and run with FLASH_TRACE=FILE. One
+// thread of each role (producer, consumer 0, consumer 1, writer) of the first kTraceCtas CTAs
+// records (clock64, event) at each stage boundary into shared memory (not global: a consumer's
+// next fence.proxy.async would wait for the stores), copies them out at the kernel's end, and
+// each launch rewrites FILE with them; scripts/flash_trace.py turns them into a per-stage account.
+#ifndef FLASH_SM90_TRACE
+#define FLASH_SM90_TRACE 0
+#endif
+enum TraceEvent {
+    // consumer (roles 1, 2)
+    kTrItem = 1, kTrKV, kTrFull, kTrTurn, kTrIssued, kTrP, kTrDS, kTrBar, kTrDQ, kTrDQEmpty,
+    kTrStepEnd, kTrDKVRound, kTrItemEnd, kTrExit,
+    // producer (role 0)
+    kTrPItem = 20, kTrPKVEmpty, kTrPEmpty, kTrPIssued,
+    // writer (role 3)
+    kTrWItem = 30, kTrWFlag, kTrWFull, kTrWRead, kTrWDKVFull, kTrWDKVRead,
+};
+#if FLASH_SM90_TRACE
+constexpr int kTraceCtas = 132, kTraceRoles = 4, kTraceEvents = 768;
+constexpr int kTraceBytes = kTraceRoles * kTraceEvents * 8;   // the events, in shared memory
+// per CTA and role: [0] the count, [1] globaltimer and [2] clock64 at the start, [3], [4] at the
+// end, then the events: clock64 << 16 | payload << 8 | event
+constexpr int kTraceHead = 5;
+__device__ unsigned long long g_trace[kTraceCtas][kTraceRoles][kTraceHead + kTraceEvents];
+#else
+constexpr int kTraceBytes = 0;
+#endif
+struct Trace {
+#if FLASH_SM90_TRACE
+    uint32_t buf = 0;   // shared address of this role's events; 0: off
+    int n = 0, role;
+    __device__ static unsigned long long globaltimer() {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+        return t;
+    }
+    __device__ static unsigned long long clock() {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
+        return t;
+    }
+    __device__ Trace(unsigned char *smem, int role_) : role(role_) {   // role < 0: off
+        if (role >= 0 && blockIdx.x < kTraceCtas) {
+            buf = smem_addr(smem) + role * kTraceEvents * 8;
+            g_trace[blockIdx.x][role][1] = globaltimer();
+            g_trace[blockIdx.x][role][2] = clock();
+        }
+    }
+    __device__ void operator()(int event, int payload = 0) {
+        if (buf && n < kTraceEvents) {
+            const unsigned long long e = clock() << 16 | (unsigned)(payload & 255) << 8 | event;
+            asm volatile("st.shared.u64 [%0], %1;" ::"r"(buf + 8 * n), "l"(e) : "memory");
+            n++;
+        }
+    }
+    __device__ void flush(const unsigned char *smem) {
+        if (!buf) return;
+        unsigned long long *out = g_trace[blockIdx.x][role];
+        const unsigned long long *events = reinterpret_cast<const unsigned long long *>(smem) + role * kTraceEvents;
+        out[0] = n, out[3] = globaltimer(), out[4] = clock();
+        for (int i = 0; i < n; i++) out[kTraceHead + i] = events[i];
+    }
+#else
+    __device__ Trace(unsigned char *, int) {}
+    __device__ void operator()(int, int = 0) {}
+    __device__ void flush(const unsigned char *) {}
+#endif
+};
 
 // The shapes measured best on an H200 (docs/PERF.md, "Hopper forward"): HS=128, 2 consumers and
 // a 3-stage ring (all the shared memory there is; 2 stages left the consumers waiting for K/V);
@@ -419,7 +495,8 @@ struct BwdShape {
     static constexpr int K_OFF = 0, V_OFF = KV_BYTES, Q_OFF = 2 * KV_BYTES,
                          DO_OFF = Q_OFF + STAGES * QT_BYTES, DS_OFF = DO_OFF + STAGES * QT_BYTES,
                          DQ_OFF = DS_OFF + 2 * DS_BYTES, LSE_OFF = DQ_OFF + 2 * DQ_PART_BYTES,
-                         D_OFF = LSE_OFF + STAGES * VEC_BYTES, BYTES = D_OFF + STAGES * VEC_BYTES;
+                         D_OFF = LSE_OFF + STAGES * VEC_BYTES, TRACE_OFF = D_OFF + STAGES * VEC_BYTES,
+                         BYTES = TRACE_OFF + kTraceBytes;
     static constexpr size_t SMEM = 1024 + BYTES;
     static_assert(SMEM <= 227 * 1024, "shared memory of one CTA");
     static_assert(BR % 64 == 0 && BC == 128, "dQ parts and dS^T panels assume these");
@@ -540,12 +617,15 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             // ---- producer. Tensor-map coordinates: {column, part * NH + head, row, batch} in
             // qkv (part 0, 1, 2 = q, k, v), {column, head, row, batch} in dout. `ring` counts
             // the CTA's steps over all its items: the ring's stages and phases run on across them.
+            Trace trace(smem + S::TRACE_OFF, 0);
             int ring = 0, t = blockIdx.x;
             for (int n = 0;; n++) {
                 publish_item(n, t);
+                trace(kTrPItem);
                 if (t >= items) break;
                 const Item it = item(t);
                 if (n > 0) mbar_wait(&kv_empty, (n - 1) & 1);   // the last item's K, V are read
+                trace(kTrPKVEmpty);
                 mbar_arrive_expect_tx(&kv_full, 2 * S::KV_BYTES);
                 for (int p = 0; p < S::PANELS; p++) {
                     const uint32_t off = p * BC * kRowBytes;
@@ -558,6 +638,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     const RingSlot<STAGES> slot(ring);
                     const int q0 = (it.first_tile + step) * BR;
                     mbar_wait(&empty[slot.stage], slot.parity ^ 1);
+                    trace(kTrPEmpty, step);
                     mbar_arrive_expect_tx(&full[slot.stage], 2 * S::QT_BYTES + 2 * S::VEC_BYTES);
                     for (int p = 0; p < S::PANELS; p++) {
                         const uint32_t off = slot.stage * S::QT_BYTES + p * BR * kRowBytes;
@@ -571,15 +652,19 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                               S::VEC_BYTES, &full[slot.stage]);
                     bulk_load(base + S::D_OFF + slot.stage * S::VEC_BYTES, Dg + vec, S::VEC_BYTES,
                               &full[slot.stage]);
+                    trace(kTrPIssued, step);
                 }
                 t = gridDim.x + atomicAdd(next_item, 1u);   // the next item, once these are issued
             }
+            trace.flush(smem + S::TRACE_OFF);
         } else if (threadIdx.x == 32) {
             // ---- writer: each step's two 64 x 64 dQ parts, reduce-added into the fp32 sums; at
             // an item's end its dK, dV, stored into dqkv (`staged` counts the staging's uses)
+            Trace trace(smem + S::TRACE_OFF, 3);
             int staged = 0;
             for (int n = 0;; n++) {
                 const int t = take_item(n);
+                trace(kTrWItem);
                 if (t >= items) break;
                 const Item it = item(t);
                 for (int step = 0; step < it.steps; step++, staged++) {
@@ -597,9 +682,11 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         while (load_acquire(flag) != before) {
                         }
                         fence_proxy_async_global();
+                        trace(kTrWFlag, step);
                     }
                     for (int c = 0; c < 2; c++) {
                         mbar_wait(&dq_full[c], staged & 1);
+                        if (c == 1) trace(kTrWFull, step);
                         for (int x = 0; x < 2; x++)
                             tma_reduce_add_4d(&dq_map,
                                               base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
@@ -607,6 +694,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     }
                     tma_commit();
                     tma_wait_read();   // staging read: the consumers may write the next step's
+                    trace(kTrWRead, step);
                     mbar_arrive(&dq_empty[0]);
                     mbar_arrive(&dq_empty[1]);
                     if (DETERMINISTIC) {   // added: the next block in the tile's order may go
@@ -619,6 +707,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 for (int r = 0; r < S::DKV_ROUNDS; r++, staged++) {
                     for (int c = 0; c < 2; c++) {
                         mbar_wait(&dq_full[c], staged & 1);
+                        if (c == 1) trace(kTrWDKVFull, r);
                         for (int x = 0; x < 2; x++) {
                             const int panel = 2 * r + x, part = 1 + panel / S::PANELS;   // 1 K, 2 V
                             tma_store_4d(&dkv_map,
@@ -629,11 +718,13 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     }
                     tma_commit();
                     tma_wait_read();
+                    trace(kTrWDKVRead, r);
                     mbar_arrive(&dq_empty[0]);
                     mbar_arrive(&dq_empty[1]);
                 }
             }
             tma_wait();
+            trace.flush(smem + S::TRACE_OFF);
         }
     } else {
         // ---- consumer c: key rows kv0 + 64c .. kv0 + 64c + 63 of each of the CTA's items
@@ -659,19 +750,27 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             mbar_arrive(&dq_full[c]);
         };
 
+        // (the trace: warp 0, lane 0 of each consumer)
+        Trace trace(smem + S::TRACE_OFF, threadIdx.x % 128 == 0 ? 1 + c : -1);
         int ring = 0;     // the CTA's steps over all its items (ring stages, dS^T buffers)
         int staged = 0;   // uses of this consumer's staging (each step's dQ part, each dK/dV round)
         for (int n = 0;; n++) {
             const int ti = take_item(n);
-            if (ti >= items) break;
+            if (ti >= items) {
+                // (carried ping-pong: consumer 1's hand-over after its last products, matched)
+                if (FLASH_SM90_BWD_PP_CARRY && c == 0 && n > 0) my_turn();
+                break;
+            }
             const Item it = item(ti);
+            trace(kTrItem, it.steps);
             const int kv0 = it.kv0, first_tile = it.first_tile, steps = it.steps;
             const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
             float dk[HS / 2], dv[HS / 2];
 #pragma unroll
             for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
-            if (c == 1) your_turn();
+            if (c == 1 && (n == 0 || !FLASH_SM90_BWD_PP_CARRY)) your_turn();
             mbar_wait(&kv_full, n & 1);
+            trace(kTrKV);
 
             for (int step = 0; step < steps; step++, ring++) {
                 const RingSlot<STAGES> slot(ring);
@@ -684,16 +783,19 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 // S^T = K Q^T, dP^T = V dO^T (64 keys x BR queries each)
                 float s[BR / 2], dp[BR / 2];
                 mbar_wait(&full[slot.stage], slot.parity);
+                trace(kTrFull, step);
                 my_turn();
+                trace(kTrTurn, step);
                 wgmma_fence();
                 gemm_abt<HS, BR, BC, BR>(s, k_rows, q);
                 wgmma_commit();
                 gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
                 wgmma_commit();
-                if (c == 0 || step + 1 < steps) your_turn();
+                if (c == 0 || step + 1 < steps || FLASH_SM90_BWD_PP_CARRY) your_turn();
                 // the last step's dQ part, now that the fence's wait for its stores overlaps the
                 // products above
                 if (step > 0) hand_over_dq();
+                trace(kTrIssued, step);
 
                 // P^T = exp2(S^T * scale*log2e - lse[query]*log2e), 0 where the key is after the
                 // query (only in tiles that cross this consumer's diagonal). Columns are queries:
@@ -714,6 +816,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         s[i] = p;
                     }
                 }
+                trace(kTrP, step);
                 // dS^T = P^T * (dP^T - D[query])
                 wgmma_wait<0>();
                 fence_regs(dp);
@@ -726,6 +829,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 uint32_t pa[BR / 4], dsa[BR / 4];
                 pack_a(pa, s);
                 pack_a(dsa, dp);
+                trace(kTrDS, step);
 
                 // dS^T -> shared, as the MN-major A operand of dS K: [query panel][key row][64]
                 // (dsa[k] holds key row 8*(k%2) and queries 8*(k/2) + 2t, +1 of the thread's)
@@ -750,6 +854,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 if (!S::DS_FIRST) store_ds();
                 fence_proxy_async_shared();
                 named_bar_sync(1, 256);   // both consumers' dS^T are in
+                trace(kTrBar, step);
 
                 // this consumer's part of dQ_i = dS K
                 float dq[32];
@@ -763,10 +868,12 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 fence_regs(dq);
                 fence_regs(pa);
                 fence_regs(dsa);
+                trace(kTrDQ, step);
                 mbar_arrive(&empty[slot.stage]);   // Q, dO, lse, D of this stage are no longer read
 
                 // dQ part -> staging, two 64 x 32 fp32 boxes in TMA's 128-byte swizzle
                 mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
+                trace(kTrDQEmpty, step);
                 unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
 #pragma unroll
                 for (int i = 0; i < 32; i += 2) {
@@ -776,6 +883,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         make_float2(dq[i], dq[i + 1]);
                 }
                 // (handed to the writer at the next step, after its S^T and dP^T are issued)
+                trace(kTrStepEnd, step);
             }
             if (steps > 0) hand_over_dq();
             mbar_arrive(&kv_empty);   // K and V no longer read: the producer may load the next item's
@@ -789,6 +897,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
 #pragma unroll
             for (int r = 0; r < S::DKV_ROUNDS; r++) {
                 mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
+                trace(kTrDKVRound, r);
                 unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
 #pragma unroll
                 for (int x = 0; x < 2; x++) {
@@ -807,7 +916,10 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 }
                 hand_over_dq();
             }
+            trace(kTrItemEnd);
         }
+        trace(kTrExit);
+        trace.flush(smem + S::TRACE_OFF);
     }
 }
 
@@ -932,10 +1044,32 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
     const int items = ceil_div(T, S::BC) * B * NH;
     const int blocks = FLASH_SM90_PERSISTENT && items > cuda_num_sms ? cuda_num_sms : items;
     const int group = FLASH_SM90_BWD_GROUP;   // key blocks of a head in a row (the kernel says why)
+#if FLASH_SM90_TRACE
+    void *trace_dev;
+    CUDA_CHECK(cudaGetSymbolAddress(&trace_dev, g_trace));
+    CUDA_CHECK(cudaMemsetAsync(trace_dev, 0, sizeof(g_trace), cuda_stream));
+#endif
     kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dkv_map, lse2,
                                                         D, dq_flags, next_item, T, Tpad, NH,
                                                         B * NH, group, scale, scale * kLog2e);
     LAUNCH_CHECK();
+#if FLASH_SM90_TRACE
+    // FLASH_TRACE=FILE: this launch's timeline (the last launch's is what stays in FILE):
+    // int32 header {ctas, roles, head, events, HS, T, B, NH, items, deterministic}, then
+    // g_trace as it is (uint64)
+    if (const char *path = getenv("FLASH_TRACE")) {
+        static unsigned long long host[kTraceCtas][kTraceRoles][kTraceHead + kTraceEvents];
+        CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+        CUDA_CHECK(cudaMemcpyFromSymbol(host, g_trace, sizeof(host)));
+        FILE *f = fopen(path, "wb");
+        if (!f) die("flash_sm90: cannot write the trace to %s", path);
+        const int head[10] = {kTraceCtas, kTraceRoles, kTraceHead, kTraceEvents, HS, T, B, NH,
+                              items, DETERMINISTIC};
+        if (fwrite(head, sizeof(head), 1, f) != 1 || fwrite(host, sizeof(host), 1, f) != 1 ||
+            fclose(f) != 0)
+            die("flash_sm90: cannot write the trace to %s", path);
+    }
+#endif
 }
 
 }  // namespace
