@@ -101,6 +101,16 @@ static_assert(FLASH_SM90_BWD_GROUP >= 1, "FLASH_SM90_BWD_GROUP: key blocks of a 
 #ifndef FLASH_SM90_BWD_PP_CARRY
 #define FLASH_SM90_BWD_PP_CARRY 0
 #endif
+// The backward's Q/dO stage released as soon as dV += P^T dO and dK += dS^T Q are done (1), not
+// after the dQ product too (0)
+#ifndef FLASH_SM90_BWD_EARLY_EMPTY
+#define FLASH_SM90_BWD_EARLY_EMPTY 0
+#endif
+// An item's dK, dV go to the writer before its last dQ part (1), so that the consumers do not
+// wait for that part's reduction (and, deterministic, its tile's turn) to write them; or after (0)
+#ifndef FLASH_SM90_BWD_DKV_FIRST
+#define FLASH_SM90_BWD_DKV_FIRST 0
+#endif
 
 // The backward's timeline, a measuring tool (off by default): build with -DFLASH_SM90_TRACE=1
 // (scripts/flash_variant.sh trace -DFLASH_SM90_TRACE=1) and run with FLASH_TRACE=FILE. One
@@ -667,7 +677,29 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 trace(kTrWItem);
                 if (t >= items) break;
                 const Item it = item(t);
+                // dK, dV: consumer c's 64 key rows, in rounds of two 64-column panels
+                auto store_dkv = [&]() {
+                    for (int r = 0; r < S::DKV_ROUNDS; r++, staged++) {
+                        for (int c = 0; c < 2; c++) {
+                            mbar_wait(&dq_full[c], staged & 1);
+                            if (c == 1) trace(kTrWDKVFull, r);
+                            for (int x = 0; x < 2; x++) {
+                                const int panel = 2 * r + x, part = 1 + panel / S::PANELS;   // 1 K, 2 V
+                                tma_store_4d(&dkv_map,
+                                             base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
+                                             (panel % S::PANELS) * kPanelCols, part * NH + it.h,
+                                             it.kv0 + 64 * c, it.b);
+                            }
+                        }
+                        tma_commit();
+                        tma_wait_read();
+                        trace(kTrWDKVRead, r);
+                        mbar_arrive(&dq_empty[0]);
+                        mbar_arrive(&dq_empty[1]);
+                    }
+                };
                 for (int step = 0; step < it.steps; step++, staged++) {
+                    if (FLASH_SM90_BWD_DKV_FIRST && step + 1 == it.steps) store_dkv();
                     const int tile = it.first_tile + step, q0 = tile * BR;
                     uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
                     if (DETERMINISTIC) {
@@ -703,25 +735,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         add_release(flag, 1);
                     }
                 }
-                // dK, dV: consumer c's 64 key rows, in rounds of two 64-column panels (S::DKV_ROUNDS)
-                for (int r = 0; r < S::DKV_ROUNDS; r++, staged++) {
-                    for (int c = 0; c < 2; c++) {
-                        mbar_wait(&dq_full[c], staged & 1);
-                        if (c == 1) trace(kTrWDKVFull, r);
-                        for (int x = 0; x < 2; x++) {
-                            const int panel = 2 * r + x, part = 1 + panel / S::PANELS;   // 1 K, 2 V
-                            tma_store_4d(&dkv_map,
-                                         base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
-                                         (panel % S::PANELS) * kPanelCols, part * NH + it.h,
-                                         it.kv0 + 64 * c, it.b);
-                        }
-                    }
-                    tma_commit();
-                    tma_wait_read();
-                    trace(kTrWDKVRead, r);
-                    mbar_arrive(&dq_empty[0]);
-                    mbar_arrive(&dq_empty[1]);
-                }
+                if (!FLASH_SM90_BWD_DKV_FIRST) store_dkv();
             }
             tma_wait();
             trace.flush(smem + S::TRACE_OFF);
@@ -768,6 +782,36 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             float dk[HS / 2], dv[HS / 2];
 #pragma unroll
             for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
+            // dK = scale * sum dS^T Q, dV = sum P^T dO, written once into packed dqkv: through
+            // the staging, as 64 x 64 bf16 panels in TMA's 128-byte swizzle, stored by the writer.
+            // Not stored from here: this thread's next fence.proxy.async (MEMBAR.ALL.CTA in SASS,
+            // the dS^T store's, before the barrier with the other consumer) would wait for the
+            // stores to complete, a memory latency an item on both consumers' path (a d12 B=64
+            // step's attention 5% slower at HS=64, 7% at HS=128; docs/PERF.md, eighth session).
+            auto stage_dkv = [&]() {
+#pragma unroll
+                for (int r = 0; r < S::DKV_ROUNDS; r++) {
+                    mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
+                    trace(kTrDKVRound, r);
+                    unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
+#pragma unroll
+                    for (int x = 0; x < 2; x++) {
+                        const int panel = 2 * r + x;
+                        const bool is_k = panel < S::PANELS;
+                        const int col0 = (panel % S::PANELS) * kPanelCols;   // of the accumulator
+#pragma unroll
+                        for (int i = 0; i < HS / 2; i += 2) {
+                            if (Frag::col(i) / kPanelCols != col0 / kPanelCols) continue;
+                            const float a = is_k ? dk[i] * scale : dv[i];
+                            const float a1 = is_k ? dk[i + 1] * scale : dv[i + 1];
+                            const int row = 16 * warp + g + Frag::row(i), col = 2 * t + Frag::col(i) - col0;
+                            *reinterpret_cast<uint32_t *>(staging + x * S::DQ_BOX_BYTES +
+                                                          swizzle_128b(row, col * 2)) = pack_bf16(a, a1);
+                        }
+                    }
+                    hand_over_dq();
+                }
+            };
             if (c == 1 && (n == 0 || !FLASH_SM90_BWD_PP_CARRY)) your_turn();
             mbar_wait(&kv_full, n & 1);
             trace(kTrKV);
@@ -862,6 +906,14 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 gemm_dsk<BC>(dq, smem_addr(ds_tile) + (S::dq_row(c) / 64) * BC * kRowBytes,
                              base + S::K_OFF + (S::dq_col(c) / 64) * BC * kRowBytes);
                 wgmma_commit();
+                if (FLASH_SM90_BWD_EARLY_EMPTY) {
+                    wgmma_wait<1>();   // dV, dK done (the dQ product may still run)
+                    fence_regs(dv);
+                    fence_regs(dk);
+                    fence_regs(pa);
+                    fence_regs(dsa);
+                    mbar_arrive(&empty[slot.stage]);   // Q, dO, lse, D of this stage: no longer read
+                }
                 wgmma_wait<0>();
                 fence_regs(dv);
                 fence_regs(dk);
@@ -869,8 +921,12 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 fence_regs(pa);
                 fence_regs(dsa);
                 trace(kTrDQ, step);
-                mbar_arrive(&empty[slot.stage]);   // Q, dO, lse, D of this stage are no longer read
+                if (!FLASH_SM90_BWD_EARLY_EMPTY) mbar_arrive(&empty[slot.stage]);
 
+                if (FLASH_SM90_BWD_DKV_FIRST && step + 1 == steps) {
+                    mbar_arrive(&kv_empty);   // K, V no longer read: the next item's may load
+                    stage_dkv();
+                }
                 // dQ part -> staging, two 64 x 32 fp32 boxes in TMA's 128-byte swizzle
                 mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
                 trace(kTrDQEmpty, step);
@@ -886,35 +942,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 trace(kTrStepEnd, step);
             }
             if (steps > 0) hand_over_dq();
-            mbar_arrive(&kv_empty);   // K and V no longer read: the producer may load the next item's
-
-            // dK = scale * sum dS^T Q, dV = sum P^T dO, written once into packed dqkv: through
-            // the staging, as 64 x 64 bf16 panels in TMA's 128-byte swizzle, stored by the writer.
-            // Not stored from here: this thread's next fence.proxy.async (MEMBAR.ALL.CTA in SASS,
-            // the dS^T store's, before the barrier with the other consumer) would wait for the
-            // stores to complete, a memory latency an item on both consumers' path (a d12 B=64
-            // step's attention 5% slower at HS=64, 7% at HS=128; docs/PERF.md, eighth session).
-#pragma unroll
-            for (int r = 0; r < S::DKV_ROUNDS; r++) {
-                mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
-                trace(kTrDKVRound, r);
-                unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
-#pragma unroll
-                for (int x = 0; x < 2; x++) {
-                    const int panel = 2 * r + x;
-                    const bool is_k = panel < S::PANELS;
-                    const int col0 = (panel % S::PANELS) * kPanelCols;   // of the accumulator
-#pragma unroll
-                    for (int i = 0; i < HS / 2; i += 2) {
-                        if (Frag::col(i) / kPanelCols != col0 / kPanelCols) continue;
-                        const float a = is_k ? dk[i] * scale : dv[i];
-                        const float a1 = is_k ? dk[i + 1] * scale : dv[i + 1];
-                        const int row = 16 * warp + g + Frag::row(i), col = 2 * t + Frag::col(i) - col0;
-                        *reinterpret_cast<uint32_t *>(staging + x * S::DQ_BOX_BYTES +
-                                                      swizzle_128b(row, col * 2)) = pack_bf16(a, a1);
-                    }
-                }
-                hand_over_dq();
+            if (!FLASH_SM90_BWD_DKV_FIRST) {
+                mbar_arrive(&kv_empty);   // K and V no longer read: the next item's may load
+                stage_dkv();
             }
             trace(kTrItemEnd);
         }

@@ -54,17 +54,18 @@ def read(path):
 
 
 def consumer_items(ev):
-    """Split a consumer's events into items: [(steps, [events of the item])], complete ones."""
+    """Split a consumer's events into items: [(steps, [events of the item], complete)]; the last
+    one may be cut short by the end of the buffer (its steps still count, its boundary not)."""
     out, cur = [], None
     for clk, pay, e in ev:
         if e == ITEM:
             cur = (pay, [(clk, pay, e)])
+            out.append(cur)
         elif cur is not None:
             cur[1].append((clk, pay, e))
             if e == ITEMEND:
-                out.append(cur)
                 cur = None
-    return out
+    return [(steps, evs, evs[-1][2] == ITEMEND) for steps, evs in out]
 
 
 def main():
@@ -90,12 +91,15 @@ def main():
         other = defaultdict(list)    # the other steps
         boundary = defaultdict(list)
         item_cycles, item_steps, step_cycles = [], [], []
+        partial_cycles, partial_steps = [], 0
         for (cta, r), (_, _, _, _, ev) in traces.items():
             if r != role:
                 continue
             its = consumer_items(ev)
-            for k, (steps, evs) in enumerate(its):
-                if k < skip:
+            for k, (steps, evs, complete) in enumerate(its):
+                # the first items are the start; a CTA whose buffer holds fewer (long items at
+                # large T) keeps its last one
+                if k < min(skip, len(its) - 1):
                     continue
                 prev = None   # clock where the current stage began
                 step_start = None
@@ -123,20 +127,25 @@ def main():
                         item_cycles.append(clk - item_start)
                         item_steps.append(steps)
                         prev = clk
+                if not complete:   # its steps only
+                    partial_cycles.append(prev - item_start)
+                    partial_steps += sum(1 for _, _, e in evs if e == STEPEND)
                 # the gap to the next item's start
-                if k + 1 < len(its):
+                elif k + 1 < len(its):
                     boundary["take the next item"].append(its[k + 1][1][0][0] - evs[-1][0])
-        if not item_cycles:
-            print("\nconsumer %d: no complete items after --skip %d" % (role - 1, skip))
-            continue
         mean = lambda xs: sum(xs) / len(xs) if xs else 0.0
         n_items = len(item_cycles)
-        print("\n## consumer %d: %d items, %.2f steps an item, %.2f us an item (%.2f us a step "
-              "in the item's time)" % (role - 1, n_items, mean(item_steps), us(mean(item_cycles)),
-                                        us(sum(item_cycles) / sum(item_steps))))
-        print("\n| stage | first step (diagonal) us | other steps us | share of the item's time |")
+        if n_items:
+            print("\n## consumer %d: %d items, %.2f steps an item, %.2f us an item (%.2f us a "
+                  "step in the item's time)" % (role - 1, n_items, mean(item_steps),
+                                                us(mean(item_cycles)),
+                                                us(sum(item_cycles) / sum(item_steps))))
+        else:
+            print("\n## consumer %d: no complete item in the buffers; %d steps of items cut "
+                  "short" % (role - 1, partial_steps))
+        print("\n| stage | first step (diagonal) us | other steps us | share of the traced time |")
         print("|---|--:|--:|--:|")
-        total_item = sum(item_cycles)
+        total_item = sum(item_cycles) + sum(partial_cycles)
         for name, _ in STEP_STAGES:
             f, o = first[name], other[name]
             share = (sum(f) + sum(o)) / total_item
