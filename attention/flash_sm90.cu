@@ -559,7 +559,6 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t kv_full, kv_empty, full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
     __shared__ uint64_t item_full[2], item_empty[2];   // the producer's items to the others
-    __shared__ int item_slot[2];
     // the dynamic shared memory, 1024-aligned: as a generic pointer and as a shared address
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t base = smem_addr(smem);
@@ -569,10 +568,15 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     // item t: key/value rows kv0.. of head h, batch b; its steps are the query tiles
     // first_tile..q_tiles-1 (earlier queries see none of the block's keys)
     struct Item {
-        int bh, kv_block, group_first, group_last, b, h, kv0, first_tile, steps;
+        int bh, kv_block, group_first, group_last, b, h, kv0, first_tile, steps;   // steps 0: none
     };
+    __shared__ Item item_slot[2];
     auto item = [&](int t) {
         Item it;
+        if (t >= items) {
+            it.steps = 0;
+            return it;
+        }
         it.group_first = t / (group * BNH) * group;
         it.group_last = min(it.group_first + group, kv_blocks) - 1;   // the last group: fewer
         const int width = it.group_last - it.group_first + 1;
@@ -606,19 +610,20 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         mbar_fence_init();
     }
     __syncthreads();
-    // the CTA's n-th item (items or more: no more), through a ring of two slots
-    auto publish_item = [&](int n, int t) {
+    // the CTA's n-th item (steps 0: no more), through a ring of two slots, decoded once by the
+    // producer (item's divisions on the consumers' path cost about 0.3 us an item at T = 1,024)
+    auto publish_item = [&](int n, const Item &it) {
         const RingSlot<2> slot(n);
         mbar_wait(&item_empty[slot.stage], slot.parity ^ 1);
-        item_slot[slot.stage] = t;
+        item_slot[slot.stage] = it;
         mbar_arrive(&item_full[slot.stage]);
     };
     auto take_item = [&](int n) {
         const RingSlot<2> slot(n);
         mbar_wait(&item_full[slot.stage], slot.parity);
-        const int t = item_slot[slot.stage];
+        const Item it = item_slot[slot.stage];
         mbar_arrive(&item_empty[slot.stage]);
-        return t;
+        return it;
     };
 
     if (wg == 0) {
@@ -630,21 +635,27 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             Trace trace(smem + S::TRACE_OFF, 0);
             int ring = 0, t = blockIdx.x;
             for (int n = 0;; n++) {
-                publish_item(n, t);
-                trace(kTrPItem);
-                if (t >= items) break;
                 const Item it = item(t);
-                if (n > 0) mbar_wait(&kv_empty, (n - 1) & 1);   // the last item's K, V are read
-                trace(kTrPKVEmpty);
-                mbar_arrive_expect_tx(&kv_full, 2 * S::KV_BYTES);
-                for (int p = 0; p < S::PANELS; p++) {
-                    const uint32_t off = p * BC * kRowBytes;
-                    tma_load_4d(base + S::K_OFF + off, &kv_map, &kv_full, p * kPanelCols,
-                                NH + it.h, it.kv0, it.b);
-                    tma_load_4d(base + S::V_OFF + off, &kv_map, &kv_full, p * kPanelCols,
-                                2 * NH + it.h, it.kv0, it.b);
-                }
+                publish_item(n, it);
+                trace(kTrPItem);
+                if (!it.steps) break;
+                // K, V once the last item's are read; the first query tile's loads before that
+                // wait (its ring stage was freed a step earlier), so that they run under the last
+                // item's end instead of after it
+                auto load_kv = [&]() {
+                    if (n > 0) mbar_wait(&kv_empty, (n - 1) & 1);
+                    trace(kTrPKVEmpty);
+                    mbar_arrive_expect_tx(&kv_full, 2 * S::KV_BYTES);
+                    for (int p = 0; p < S::PANELS; p++) {
+                        const uint32_t off = p * BC * kRowBytes;
+                        tma_load_4d(base + S::K_OFF + off, &kv_map, &kv_full, p * kPanelCols,
+                                    NH + it.h, it.kv0, it.b);
+                        tma_load_4d(base + S::V_OFF + off, &kv_map, &kv_full, p * kPanelCols,
+                                    2 * NH + it.h, it.kv0, it.b);
+                    }
+                };
                 for (int step = 0; step < it.steps; step++, ring++) {
+                    if (step == 1) load_kv();
                     const RingSlot<STAGES> slot(ring);
                     const int q0 = (it.first_tile + step) * BR;
                     mbar_wait(&empty[slot.stage], slot.parity ^ 1);
@@ -664,6 +675,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                               &full[slot.stage]);
                     trace(kTrPIssued, step);
                 }
+                if (it.steps == 1) load_kv();
                 t = gridDim.x + atomicAdd(next_item, 1u);   // the next item, once these are issued
             }
             trace.flush(smem + S::TRACE_OFF);
@@ -673,10 +685,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             Trace trace(smem + S::TRACE_OFF, 3);
             int staged = 0;
             for (int n = 0;; n++) {
-                const int t = take_item(n);
+                const Item it = take_item(n);
                 trace(kTrWItem);
-                if (t >= items) break;
-                const Item it = item(t);
+                if (!it.steps) break;
                 // dK, dV: consumer c's 64 key rows, in rounds of two 64-column panels
                 auto store_dkv = [&]() {
                     for (int r = 0; r < S::DKV_ROUNDS; r++, staged++) {
@@ -769,13 +780,12 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         int ring = 0;     // the CTA's steps over all its items (ring stages, dS^T buffers)
         int staged = 0;   // uses of this consumer's staging (each step's dQ part, each dK/dV round)
         for (int n = 0;; n++) {
-            const int ti = take_item(n);
-            if (ti >= items) {
+            const Item it = take_item(n);
+            if (!it.steps) {
                 // (carried ping-pong: consumer 1's hand-over after its last products, matched)
                 if (FLASH_SM90_BWD_PP_CARRY && c == 0 && n > 0) my_turn();
                 break;
             }
-            const Item it = item(ti);
             trace(kTrItem, it.steps);
             const int kv0 = it.kv0, first_tile = it.first_tile, steps = it.steps;
             const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
