@@ -787,7 +787,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 break;
             }
             trace(kTrItem, it.steps);
-            const int kv0 = it.kv0, first_tile = it.first_tile, steps = it.steps;
+            // (from kv_block, not it.kv0 and it.first_tile: then the compiler sees that
+            // q0 - kv0 = step * BR, and the causal mask's compares share their terms)
+            const int kv0 = it.kv_block * BC, first_tile = it.kv_block * (BC / BR), steps = it.steps;
             const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
             float dk[HS / 2], dv[HS / 2];
 #pragma unroll
