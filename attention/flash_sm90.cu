@@ -95,22 +95,6 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #define FLASH_SM90_BWD_GROUP 4
 #endif
 static_assert(FLASH_SM90_BWD_GROUP >= 1, "FLASH_SM90_BWD_GROUP: key blocks of a group, at least 1");
-// The backward's ping-pong across items: 1, the turn runs on from one item to the next (consumer
-// 0 may start an item as soon as consumer 1 has issued its last products of the one before);
-// 0, it restarts at every item (consumer 0 waits until consumer 1 has taken the next item).
-#ifndef FLASH_SM90_BWD_PP_CARRY
-#define FLASH_SM90_BWD_PP_CARRY 0
-#endif
-// The backward's Q/dO stage released as soon as dV += P^T dO and dK += dS^T Q are done (1), not
-// after the dQ product too (0)
-#ifndef FLASH_SM90_BWD_EARLY_EMPTY
-#define FLASH_SM90_BWD_EARLY_EMPTY 0
-#endif
-// An item's dK, dV go to the writer before its last dQ part (1), so that the consumers do not
-// wait for that part's reduction (and, deterministic, its tile's turn) to write them; or after (0)
-#ifndef FLASH_SM90_BWD_DKV_FIRST
-#define FLASH_SM90_BWD_DKV_FIRST 0
-#endif
 
 // The backward's timeline, a measuring tool (off by default): build with -DFLASH_SM90_TRACE=1
 // (scripts/flash_variant.sh trace -DFLASH_SM90_TRACE=1) and run with FLASH_TRACE=FILE. One
@@ -559,6 +543,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t kv_full, kv_empty, full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
     __shared__ uint64_t item_full[2], item_empty[2];   // the producer's items to the others
+    __shared__ int item_slot[2];
     // the dynamic shared memory, 1024-aligned: as a generic pointer and as a shared address
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t base = smem_addr(smem);
@@ -568,15 +553,10 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     // item t: key/value rows kv0.. of head h, batch b; its steps are the query tiles
     // first_tile..q_tiles-1 (earlier queries see none of the block's keys)
     struct Item {
-        int bh, kv_block, group_first, group_last, b, h, kv0, first_tile, steps;   // steps 0: none
+        int bh, kv_block, group_first, group_last, b, h, kv0, first_tile, steps;
     };
-    __shared__ Item item_slot[2];
     auto item = [&](int t) {
         Item it;
-        if (t >= items) {
-            it.steps = 0;
-            return it;
-        }
         it.group_first = t / (group * BNH) * group;
         it.group_last = min(it.group_first + group, kv_blocks) - 1;   // the last group: fewer
         const int width = it.group_last - it.group_first + 1;
@@ -610,20 +590,19 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         mbar_fence_init();
     }
     __syncthreads();
-    // the CTA's n-th item (steps 0: no more), through a ring of two slots, decoded once by the
-    // producer (item's divisions on the consumers' path cost about 0.3 us an item at T = 1,024)
-    auto publish_item = [&](int n, const Item &it) {
+    // the CTA's n-th item (items or more: no more), through a ring of two slots
+    auto publish_item = [&](int n, int t) {
         const RingSlot<2> slot(n);
         mbar_wait(&item_empty[slot.stage], slot.parity ^ 1);
-        item_slot[slot.stage] = it;
+        item_slot[slot.stage] = t;
         mbar_arrive(&item_full[slot.stage]);
     };
     auto take_item = [&](int n) {
         const RingSlot<2> slot(n);
         mbar_wait(&item_full[slot.stage], slot.parity);
-        const Item it = item_slot[slot.stage];
+        const int t = item_slot[slot.stage];
         mbar_arrive(&item_empty[slot.stage]);
-        return it;
+        return t;
     };
 
     if (wg == 0) {
@@ -635,27 +614,21 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             Trace trace(smem + S::TRACE_OFF, 0);
             int ring = 0, t = blockIdx.x;
             for (int n = 0;; n++) {
-                const Item it = item(t);
-                publish_item(n, it);
+                publish_item(n, t);
                 trace(kTrPItem);
-                if (!it.steps) break;
-                // K, V once the last item's are read; the first query tile's loads before that
-                // wait (its ring stage was freed a step earlier), so that they run under the last
-                // item's end instead of after it
-                auto load_kv = [&]() {
-                    if (n > 0) mbar_wait(&kv_empty, (n - 1) & 1);
-                    trace(kTrPKVEmpty);
-                    mbar_arrive_expect_tx(&kv_full, 2 * S::KV_BYTES);
-                    for (int p = 0; p < S::PANELS; p++) {
-                        const uint32_t off = p * BC * kRowBytes;
-                        tma_load_4d(base + S::K_OFF + off, &kv_map, &kv_full, p * kPanelCols,
-                                    NH + it.h, it.kv0, it.b);
-                        tma_load_4d(base + S::V_OFF + off, &kv_map, &kv_full, p * kPanelCols,
-                                    2 * NH + it.h, it.kv0, it.b);
-                    }
-                };
+                if (t >= items) break;
+                const Item it = item(t);
+                if (n > 0) mbar_wait(&kv_empty, (n - 1) & 1);   // the last item's K, V are read
+                trace(kTrPKVEmpty);
+                mbar_arrive_expect_tx(&kv_full, 2 * S::KV_BYTES);
+                for (int p = 0; p < S::PANELS; p++) {
+                    const uint32_t off = p * BC * kRowBytes;
+                    tma_load_4d(base + S::K_OFF + off, &kv_map, &kv_full, p * kPanelCols,
+                                NH + it.h, it.kv0, it.b);
+                    tma_load_4d(base + S::V_OFF + off, &kv_map, &kv_full, p * kPanelCols,
+                                2 * NH + it.h, it.kv0, it.b);
+                }
                 for (int step = 0; step < it.steps; step++, ring++) {
-                    if (step == 1) load_kv();
                     const RingSlot<STAGES> slot(ring);
                     const int q0 = (it.first_tile + step) * BR;
                     mbar_wait(&empty[slot.stage], slot.parity ^ 1);
@@ -675,7 +648,6 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                               &full[slot.stage]);
                     trace(kTrPIssued, step);
                 }
-                if (it.steps == 1) load_kv();
                 t = gridDim.x + atomicAdd(next_item, 1u);   // the next item, once these are issued
             }
             trace.flush(smem + S::TRACE_OFF);
@@ -685,32 +657,11 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             Trace trace(smem + S::TRACE_OFF, 3);
             int staged = 0;
             for (int n = 0;; n++) {
-                const Item it = take_item(n);
+                const int t = take_item(n);
                 trace(kTrWItem);
-                if (!it.steps) break;
-                // dK, dV: consumer c's 64 key rows, in rounds of two 64-column panels
-                auto store_dkv = [&]() {
-                    for (int r = 0; r < S::DKV_ROUNDS; r++, staged++) {
-                        for (int c = 0; c < 2; c++) {
-                            mbar_wait(&dq_full[c], staged & 1);
-                            if (c == 1) trace(kTrWDKVFull, r);
-                            for (int x = 0; x < 2; x++) {
-                                const int panel = 2 * r + x, part = 1 + panel / S::PANELS;   // 1 K, 2 V
-                                tma_store_4d(&dkv_map,
-                                             base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
-                                             (panel % S::PANELS) * kPanelCols, part * NH + it.h,
-                                             it.kv0 + 64 * c, it.b);
-                            }
-                        }
-                        tma_commit();
-                        tma_wait_read();
-                        trace(kTrWDKVRead, r);
-                        mbar_arrive(&dq_empty[0]);
-                        mbar_arrive(&dq_empty[1]);
-                    }
-                };
+                if (t >= items) break;
+                const Item it = item(t);
                 for (int step = 0; step < it.steps; step++, staged++) {
-                    if (FLASH_SM90_BWD_DKV_FIRST && step + 1 == it.steps) store_dkv();
                     const int tile = it.first_tile + step, q0 = tile * BR;
                     uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
                     if (DETERMINISTIC) {
@@ -746,7 +697,25 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         add_release(flag, 1);
                     }
                 }
-                if (!FLASH_SM90_BWD_DKV_FIRST) store_dkv();
+                // dK, dV: consumer c's 64 key rows, in rounds of two 64-column panels (S::DKV_ROUNDS)
+                for (int r = 0; r < S::DKV_ROUNDS; r++, staged++) {
+                    for (int c = 0; c < 2; c++) {
+                        mbar_wait(&dq_full[c], staged & 1);
+                        if (c == 1) trace(kTrWDKVFull, r);
+                        for (int x = 0; x < 2; x++) {
+                            const int panel = 2 * r + x, part = 1 + panel / S::PANELS;   // 1 K, 2 V
+                            tma_store_4d(&dkv_map,
+                                         base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
+                                         (panel % S::PANELS) * kPanelCols, part * NH + it.h,
+                                         it.kv0 + 64 * c, it.b);
+                        }
+                    }
+                    tma_commit();
+                    tma_wait_read();
+                    trace(kTrWDKVRead, r);
+                    mbar_arrive(&dq_empty[0]);
+                    mbar_arrive(&dq_empty[1]);
+                }
             }
             tma_wait();
             trace.flush(smem + S::TRACE_OFF);
@@ -780,51 +749,16 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         int ring = 0;     // the CTA's steps over all its items (ring stages, dS^T buffers)
         int staged = 0;   // uses of this consumer's staging (each step's dQ part, each dK/dV round)
         for (int n = 0;; n++) {
-            const Item it = take_item(n);
-            if (!it.steps) {
-                // (carried ping-pong: consumer 1's hand-over after its last products, matched)
-                if (FLASH_SM90_BWD_PP_CARRY && c == 0 && n > 0) my_turn();
-                break;
-            }
+            const int ti = take_item(n);
+            if (ti >= items) break;
+            const Item it = item(ti);
             trace(kTrItem, it.steps);
-            // (from kv_block, not it.kv0 and it.first_tile: then the compiler sees that
-            // q0 - kv0 = step * BR, and the causal mask's compares share their terms)
-            const int kv0 = it.kv_block * BC, first_tile = it.kv_block * (BC / BR), steps = it.steps;
+            const int kv0 = it.kv0, first_tile = it.first_tile, steps = it.steps;
             const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
             float dk[HS / 2], dv[HS / 2];
 #pragma unroll
             for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
-            // dK = scale * sum dS^T Q, dV = sum P^T dO, written once into packed dqkv: through
-            // the staging, as 64 x 64 bf16 panels in TMA's 128-byte swizzle, stored by the writer.
-            // Not stored from here: this thread's next fence.proxy.async (MEMBAR.ALL.CTA in SASS,
-            // the dS^T store's, before the barrier with the other consumer) would wait for the
-            // stores to complete, a memory latency an item on both consumers' path (a d12 B=64
-            // step's attention 5% slower at HS=64, 7% at HS=128; docs/PERF.md, eighth session).
-            auto stage_dkv = [&]() {
-#pragma unroll
-                for (int r = 0; r < S::DKV_ROUNDS; r++) {
-                    mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
-                    trace(kTrDKVRound, r);
-                    unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
-#pragma unroll
-                    for (int x = 0; x < 2; x++) {
-                        const int panel = 2 * r + x;
-                        const bool is_k = panel < S::PANELS;
-                        const int col0 = (panel % S::PANELS) * kPanelCols;   // of the accumulator
-#pragma unroll
-                        for (int i = 0; i < HS / 2; i += 2) {
-                            if (Frag::col(i) / kPanelCols != col0 / kPanelCols) continue;
-                            const float a = is_k ? dk[i] * scale : dv[i];
-                            const float a1 = is_k ? dk[i + 1] * scale : dv[i + 1];
-                            const int row = 16 * warp + g + Frag::row(i), col = 2 * t + Frag::col(i) - col0;
-                            *reinterpret_cast<uint32_t *>(staging + x * S::DQ_BOX_BYTES +
-                                                          swizzle_128b(row, col * 2)) = pack_bf16(a, a1);
-                        }
-                    }
-                    hand_over_dq();
-                }
-            };
-            if (c == 1 && (n == 0 || !FLASH_SM90_BWD_PP_CARRY)) your_turn();
+            if (c == 1) your_turn();
             mbar_wait(&kv_full, n & 1);
             trace(kTrKV);
 
@@ -847,7 +781,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 wgmma_commit();
                 gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
                 wgmma_commit();
-                if (c == 0 || step + 1 < steps || FLASH_SM90_BWD_PP_CARRY) your_turn();
+                if (c == 0 || step + 1 < steps) your_turn();
                 // the last step's dQ part, now that the fence's wait for its stores overlaps the
                 // products above
                 if (step > 0) hand_over_dq();
@@ -918,14 +852,6 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 gemm_dsk<BC>(dq, smem_addr(ds_tile) + (S::dq_row(c) / 64) * BC * kRowBytes,
                              base + S::K_OFF + (S::dq_col(c) / 64) * BC * kRowBytes);
                 wgmma_commit();
-                if (FLASH_SM90_BWD_EARLY_EMPTY) {
-                    wgmma_wait<1>();   // dV, dK done (the dQ product may still run)
-                    fence_regs(dv);
-                    fence_regs(dk);
-                    fence_regs(pa);
-                    fence_regs(dsa);
-                    mbar_arrive(&empty[slot.stage]);   // Q, dO, lse, D of this stage: no longer read
-                }
                 wgmma_wait<0>();
                 fence_regs(dv);
                 fence_regs(dk);
@@ -933,12 +859,8 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 fence_regs(pa);
                 fence_regs(dsa);
                 trace(kTrDQ, step);
-                if (!FLASH_SM90_BWD_EARLY_EMPTY) mbar_arrive(&empty[slot.stage]);
+                mbar_arrive(&empty[slot.stage]);   // Q, dO, lse, D of this stage are no longer read
 
-                if (FLASH_SM90_BWD_DKV_FIRST && step + 1 == steps) {
-                    mbar_arrive(&kv_empty);   // K, V no longer read: the next item's may load
-                    stage_dkv();
-                }
                 // dQ part -> staging, two 64 x 32 fp32 boxes in TMA's 128-byte swizzle
                 mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
                 trace(kTrDQEmpty, step);
@@ -954,9 +876,35 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 trace(kTrStepEnd, step);
             }
             if (steps > 0) hand_over_dq();
-            if (!FLASH_SM90_BWD_DKV_FIRST) {
-                mbar_arrive(&kv_empty);   // K and V no longer read: the next item's may load
-                stage_dkv();
+            mbar_arrive(&kv_empty);   // K and V no longer read: the producer may load the next item's
+
+            // dK = scale * sum dS^T Q, dV = sum P^T dO, written once into packed dqkv: through
+            // the staging, as 64 x 64 bf16 panels in TMA's 128-byte swizzle, stored by the writer.
+            // Not stored from here: this thread's next fence.proxy.async (MEMBAR.ALL.CTA in SASS,
+            // the dS^T store's, before the barrier with the other consumer) would wait for the
+            // stores to complete, a memory latency an item on both consumers' path (a d12 B=64
+            // step's attention 5% slower at HS=64, 7% at HS=128; docs/PERF.md, eighth session).
+#pragma unroll
+            for (int r = 0; r < S::DKV_ROUNDS; r++) {
+                mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
+                trace(kTrDKVRound, r);
+                unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
+#pragma unroll
+                for (int x = 0; x < 2; x++) {
+                    const int panel = 2 * r + x;
+                    const bool is_k = panel < S::PANELS;
+                    const int col0 = (panel % S::PANELS) * kPanelCols;   // of the accumulator
+#pragma unroll
+                    for (int i = 0; i < HS / 2; i += 2) {
+                        if (Frag::col(i) / kPanelCols != col0 / kPanelCols) continue;
+                        const float a = is_k ? dk[i] * scale : dv[i];
+                        const float a1 = is_k ? dk[i + 1] * scale : dv[i + 1];
+                        const int row = 16 * warp + g + Frag::row(i), col = 2 * t + Frag::col(i) - col0;
+                        *reinterpret_cast<uint32_t *>(staging + x * S::DQ_BOX_BYTES +
+                                                      swizzle_128b(row, col * 2)) = pack_bf16(a, a1);
+                    }
+                }
+                hand_over_dq();
             }
             trace(kTrItemEnd);
         }
