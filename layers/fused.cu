@@ -39,6 +39,7 @@
 #include <float.h>
 #include <string.h>
 
+#include "../attention/flash_tile.cuh"   // mma_bf16: the tensor-core product's PTX, written once
 #include "../runtime/cuda_common.cuh"
 #include "decode_attention.cuh"
 #include "fused_plain.h"
@@ -360,6 +361,140 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     a.argmax[n] = index < a.V ? index : 0;   // rows of NaNs: index 0, as logits_argmax
 }
 
+// ---- 9 to 64 rows: tensor cores -----------------------------------------------------------------
+// Above FUSED_MAX_ROWS a weight row serves too many input rows for the GEMV's FMAs, and the
+// plain path's cuBLASLt GEMMs (4-7 us each at 64 rows, for 1.2-4.7 MB of weights) are bound by
+// their start and end, not by the weights. This kernel is the GEMV's plan on tensor cores: all
+// of a block's weights loaded before pdl_wait, the input rows staged once, one pass, the
+// epilogue fused. (The layernorm, when the call has one, stays a kernel of its own before it.)
+//
+// The grid: tiles of 32 output channels (a warp's 8 weight rows each) times KB slices of K of
+// 32 KCH columns, so that even a 768-channel projection has about a block per SM; the slices'
+// fp32 sums meet in the scratch, and the tile's last block to finish adds them in slice order
+// (deterministic) and applies the epilogue. A warp computes out = inp W^T for its 8 channels and
+// all N <= 16 MT rows with mma.sync m16n8k16 (MT m-tiles a k-step).
+// Loads: lane (g, t) = (lane / 4, lane % 4) reads 16 bytes of weight row n0 + g at columns
+// 32j + 8t.. of chunk j: a 64-byte piece of each of 8 rows per instruction, KCH of them per lane,
+// all in flight at once. The k order inside a chunk is permuted so that those 16 bytes are the
+// lane's B fragments of the chunk's two k-steps as they are: physical column 8t + e is logical k
+// 2t + e (e < 2), 8t + 2 + e is 2t + 8 + e, and 8t + 4.. the same for the second k-step. The A
+// fragments, read from the staged rows with the same permutation, are one 16-byte shared load
+// per row, and the sum over k is the same sum in another order. The rows are staged by cp.async,
+// 32 KCH + 32 values apart: the 64 bytes of padding put a row's 16-byte reads 16 banks from the
+// next row's, so a quarter-warp's eight reads cover the 32 banks once.
+// Numerics as the GEMV's: fp32 sums, the product rounded to bf16 before GELU or the residual add.
+constexpr int kTcMaxSlices = 8;   // KB at most (the last block's loads of the sums, all in flight)
+constexpr int kTcMaxOC = 8192;    // outputs at most (the scratch's sums are sized for it)
+
+__host__ __device__ constexpr int tc_row_stride(int kch) { return 32 * kch + 32; }   // bf16 values
+
+template <int MT, int KCH>
+__global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, float *sums,
+                                                             unsigned *counters, int slices) {
+    extern __shared__ int4 smem_tc[];
+    bf16 *xs = reinterpret_cast<bf16 *>(smem_tc);   // (16 MT, 32 KCH) staged, stride S
+    constexpr int S = tc_row_stride(KCH);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int N = a.N, K = a.K, OC = a.OC, nchunks = K / 32;
+    const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;
+    const int n0 = tile * 32 + warp * 8, wrow = n0 + g, chunk0 = slice * KCH;
+
+    // ---- before the wait: all of this lane's weights
+    int4 w[KCH];
+#pragma unroll
+    for (int i = 0; i < KCH; i++) {
+        const int j = chunk0 + i;
+        w[i] = make_int4(0, 0, 0, 0);
+        if (j < nchunks && wrow < OC) w[i] = load_streaming(a.weight + (size_t)wrow * K + 32 * j + 8 * t);
+    }
+    pdl_launch_dependents();
+    pdl_wait();
+
+    // ---- the input rows' slice into shared memory (rows N.. and columns K.. as zeros)
+    for (int i = threadIdx.x; i < 16 * MT * 4 * KCH; i += kThreads) {
+        const int n = i / (4 * KCH), v = i % (4 * KCH), col = 32 * chunk0 + 8 * v;
+        const bool valid = n < N && col < K;
+        cp_async_16(smem_addr(xs + n * S + 8 * v), valid ? a.inp + (size_t)n * K + col : a.inp, valid);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // ---- the products
+    float acc[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KCH; i++) {
+        if (chunk0 + i >= nchunks) break;
+        const bf16 *col = xs + 32 * i + 8 * t;
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const int4 lo = *reinterpret_cast<const int4 *>(col + (16 * m + g) * S);
+            const int4 hi = *reinterpret_cast<const int4 *>(col + (16 * m + g + 8) * S);
+            const uint32_t k0[4] = {(uint32_t)lo.x, (uint32_t)hi.x, (uint32_t)lo.y, (uint32_t)hi.y};
+            const uint32_t k1[4] = {(uint32_t)lo.z, (uint32_t)hi.z, (uint32_t)lo.w, (uint32_t)hi.w};
+            mma_bf16(acc[m], k0, (uint32_t)w[i].x, (uint32_t)w[i].y);
+            mma_bf16(acc[m], k1, (uint32_t)w[i].z, (uint32_t)w[i].w);
+        }
+    }
+
+    // ---- this slice's sums (N, OC) into the scratch; the tile's last block goes on
+    float *mine = sums + (size_t)slice * N * OC;
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = 16 * m + g + 8 * h;
+            if (row < N && n0 < OC)
+                __stcg(reinterpret_cast<float2 *>(mine + (size_t)row * OC + n0 + 2 * t),
+                       make_float2(acc[m][2 * h], acc[m][2 * h + 1]));
+        }
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) {   // the last-block pattern of runtime/cuda_common.cuh
+        last = atomic_add_acq_rel(counters + tile, 1u) == (unsigned)slices - 1;
+        if (last) counters[tile] = 0;   // for the next call (stream-ordered after this kernel)
+    }
+    __syncthreads();
+    if (!last) return;
+
+    // ---- the last block: the tile's N x 32 outputs, 4 channels a thread at a time, each the
+    // slices' sums added in slice order (every slice's load in flight at once), then the epilogue
+    for (int i = threadIdx.x; i < N * 8; i += kThreads) {
+        const int row = i / 8, col = tile * 32 + 4 * (i % 8);
+        if (col >= OC) continue;
+        float4 part[kTcMaxSlices];
+#pragma unroll
+        for (int k = 0; k < kTcMaxSlices; k++)
+            if (k < slices) part[k] = __ldcg(reinterpret_cast<const float4 *>(sums + ((size_t)k * N + row) * OC + col));
+        float v[4] = {part[0].x, part[0].y, part[0].z, part[0].w};
+#pragma unroll
+        for (int k = 1; k < kTcMaxSlices; k++)
+            if (k < slices) {
+                v[0] += part[k].x;
+                v[1] += part[k].y;
+                v[2] += part[k].z;
+                v[3] += part[k].w;
+            }
+        bf16 *out = a.out + (size_t)row * OC + col;
+        float b[4], r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        load_bf16<4>(b, a.bias + col);
+        if (a.epilogue == kBiasResidual) {
+            const uint2 raw = __ldcg(reinterpret_cast<const uint2 *>(out));
+            unpack_bf16<4>(r, raw);
+        }
+        float y[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            y[e] = round_bf16(v[e] + b[e]);
+            if (a.epilogue == kBiasGelu) y[e] = gelu_value(y[e]);
+            else if (a.epilogue == kBiasResidual) y[e] += r[e];
+        }
+        store_bf16<4>(out, y);
+    }
+}
+
 // the fused path is taken for a shape it handles, unless DECODE_FUSED=0 (a benchmark switch:
 // the plain layers in the same binary, for a same-run baseline)
 bool fused_enabled(void) {
@@ -429,6 +564,73 @@ void gemv(const GemvArgs &a, int max_blocks) {
     LAUNCH_CHECK();
 }
 
+// gemm_rows_kernel's slices of K: KCH chunks of 32 columns, the largest of 16, 12, 8, 4 that
+// divides K's chunks and gives the grid a block per SM, else the largest that gives it a block
+// per SM, else 4; 0 (the plain path) when K would need more than kTcMaxSlices slices
+int tc_chunks(int K, int OC) {
+    const int nchunks = K / 32, tiles = ceil_div(OC, 32), options[] = {16, 12, 8, 4};
+    int pick = 0;
+    for (int kch : options)
+        if (nchunks % kch == 0 && tiles * (nchunks / kch) >= cuda_num_sms) { pick = kch; break; }
+    if (!pick)
+        for (int kch : options)
+            if (tiles * ceil_div(nchunks, kch) >= cuda_num_sms) { pick = kch; break; }
+    if (!pick) pick = 4;
+    return ceil_div(nchunks, pick) <= kTcMaxSlices ? pick : 0;
+}
+
+// 9 to 64 rows, K a multiple of 32 (a chunk), OC of 32 (a tile), the vectors aligned
+bool tc_fits(int N, int K, int OC, const void *inp, const void *weight, const void *bias,
+             const void *out) {
+    return fused_enabled() && N > FUSED_MAX_ROWS && N <= FUSED_TC_MAX_ROWS && K % 32 == 0 &&
+           OC % 32 == 0 && OC <= kTcMaxOC && bias && is_aligned16(inp) && is_aligned16(weight) &&
+           (uintptr_t)bias % 8 == 0 && (uintptr_t)out % 8 == 0 && tc_chunks(K, OC) > 0;
+}
+
+// the scratch of gemm_rows_kernel (none at N <= FUSED_MAX_ROWS): a counter per tile, then the
+// slices' fp32 sums, sized for kTcMaxOC outputs so that its size depends on N alone
+constexpr size_t kTcCountersBytes = kTcMaxOC / 32 * sizeof(unsigned);
+size_t tc_scratch_bytes(int N) {
+    if (N <= FUSED_MAX_ROWS) return 0;
+    return kTcCountersBytes + (size_t)kTcMaxSlices * N * kTcMaxOC * sizeof(float);
+}
+
+template <int MT, int KCH>
+void launch_tc(const GemvArgs &a, void *scratch) {
+    auto kernel = gemm_rows_kernel<MT, KCH>;
+    const size_t smem = (size_t)16 * MT * tc_row_stride(KCH) * sizeof(bf16);
+    static bool asked = false;   // past the 48 KiB a kernel gets without asking
+    if (!asked) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        asked = true;
+    }
+    const int slices = ceil_div(a.K / 32, KCH), tiles = ceil_div(a.OC, 32);
+    unsigned *counters = (unsigned *)scratch;
+    float *sums = (float *)((char *)scratch + kTcCountersBytes);
+    launch_pdl(kernel, tiles * slices, kThreads, smem, a, sums, counters, slices);
+}
+
+template <int MT>
+void gemm_rows_mt(const GemvArgs &a, void *scratch) {
+    switch (tc_chunks(a.K, a.OC)) {
+    case 16: launch_tc<MT, 16>(a, scratch); break;
+    case 12: launch_tc<MT, 12>(a, scratch); break;
+    case 8: launch_tc<MT, 8>(a, scratch); break;
+    default: launch_tc<MT, 4>(a, scratch); break;
+    }
+}
+
+// out = inp W^T + bias (+ GELU, or added to out) at 9 to 64 rows (tc_fits)
+void gemm_rows(const GemvArgs &a, void *scratch) {
+    switch (ceil_div(a.N, 16)) {
+    case 1: gemm_rows_mt<1>(a, scratch); break;
+    case 2: gemm_rows_mt<2>(a, scratch); break;
+    case 3: gemm_rows_mt<3>(a, scratch); break;
+    default: gemm_rows_mt<4>(a, scratch); break;
+    }
+    LAUNCH_CHECK();
+}
+
 // the scratch: the LM head's counter (256 bytes), its per-block bests, then the plain calls'
 size_t logits_partials_bytes(int N) {
     return plain_align256((size_t)kLogitsBlocksPerSM * cuda_num_sms * N * (sizeof(float) + sizeof(int)));
@@ -436,18 +638,28 @@ size_t logits_partials_bytes(int N) {
 
 }  // namespace
 
+// the scratch: the LM head's counter and bests, gemm_rows_kernel's, then the plain calls'
 size_t fused_scratch_size(int N, int C, int OC) {
     ensure_backend();
-    return 256 + logits_partials_bytes(N) + plain_scratch_size(N, C, OC);
+    return 256 + logits_partials_bytes(N) + tc_scratch_bytes(N) + plain_scratch_size(N, C, OC);
 }
 
+static void *tc_part(void *scratch, int N) { return (char *)scratch + 256 + logits_partials_bytes(N); }
+
 static PlainScratch plain_part(void *scratch, int N, int C) {
-    return plain_scratch((char *)scratch + 256 + logits_partials_bytes(N), N, C);
+    return plain_scratch((char *)tc_part(scratch, N) + tc_scratch_bytes(N), N, C);
 }
 
 void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
                               const floatX *lnb, const floatX *weight, const floatX *bias, int N,
                               int C, int OC, int gelu) {
+    if (tc_fits(N, C, OC, inp, weight, bias, out)) {   // the layernorm, then the tensor cores
+        PlainScratch s = plain_part(scratch, N, C);
+        layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
+        gemm_rows(gemv_args(out, s.ln, NULL, NULL, weight, bias, N, C, OC, gelu ? kBiasGelu : kBias),
+                  tc_part(scratch, N));
+        return;
+    }
     if (!gemv_fits(N, C, inp, weight) || !is_aligned16(lnw) || !is_aligned16(lnb)) {
         plain_layernorm_matmul(out, plain_part(scratch, N, C), inp, lnw, lnb, weight, bias, N, C,
                                OC, gelu);
@@ -458,6 +670,11 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
 
 void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
                              const floatX *weight, const floatX *bias, int N, int C, int OC) {
+    if (tc_fits(N, C, OC, inp, weight, bias, residual)) {
+        gemm_rows(gemv_args(residual, inp, NULL, NULL, weight, bias, N, C, OC, kBiasResidual),
+                  tc_part(scratch, N));
+        return;
+    }
     if (!gemv_fits(N, C, inp, weight)) {
         plain_matmul_residual(residual, plain_part(scratch, N, C), inp, weight, bias, N, C, OC);
         return;
@@ -475,7 +692,11 @@ void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scr
     // the attention combining its own splits (docs/PERF.md).
     if (B != 1 || !gemv_fits(B, C, qkv, weight)) {
         attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
-        plain_matmul_residual(residual, plain_part(scratch, B, C), att, weight, bias, B, C, C);
+        if (tc_fits(B, C, C, att, weight, bias, residual))
+            gemm_rows(gemv_args(residual, att, NULL, NULL, weight, bias, B, C, C, kBiasResidual),
+                      tc_part(scratch, B));
+        else
+            plain_matmul_residual(residual, plain_part(scratch, B, C), att, weight, bias, B, C, C);
         return;
     }
     GemvArgs a = gemv_args(residual, NULL, NULL, NULL, weight, bias, B, C, C, kBiasResidual);

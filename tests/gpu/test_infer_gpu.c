@@ -192,8 +192,9 @@ static void test_argmax(unsigned long long *rng) {
 
 // ----------------------------------------------------------------------------------------
 // the decode step's fused calls against the plain layers they fuse, on the same GPU: at
-// N <= FUSED_MAX_ROWS they are GEMV kernels of their own (layers/fused.cu), above it the plain
-// layers themselves. Tolerance relative 1e-2: both round their outputs to bf16 and sum in
+// N <= FUSED_MAX_ROWS they are GEMV kernels of their own (layers/fused.cu), up to
+// FUSED_TC_MAX_ROWS a tensor-core kernel (the layernorm before it a kernel of its own), above it
+// the plain layers themselves. Tolerance relative 1e-2: both round their outputs to bf16 and sum in
 // other orders; the argmax of the LM head must be exactly the first argmax of its own logits.
 
 static floatX *upload_random(float *host, size_t n, float scale, unsigned long long *rng) {
@@ -205,7 +206,10 @@ static void test_fused_calls(unsigned long long *rng) {
     // (C, OC): GPT-2 124M's QKV and FC (K = 768, KC = 3), its projections from 4C (K = 3072,
     // KC = 12), a small model's (K = 256), a K that is no multiple of 256
     int shapes[][2] = {{768, 2304}, {768, 3072}, {3072, 768}, {256, 1024}, {1024, 256}, {200, 72}};
-    int rows[] = {1, 2, 3, 4, 8, 9, 64};   // 9, 64: the plain path, GELU and add in the GEMM's epilogue
+    // 1-8: the GEMV kernels; 9-64: the tensor-core kernel (1 to 4 m-tiles, rows past N in the
+    // last), or the plain path where a shape does not fit it; 65: the plain path, GELU and add
+    // in cuBLASLt's epilogue
+    int rows[] = {1, 2, 3, 4, 8, 9, 17, 40, 64, 65};
     for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
         int C = shapes[k][0], OC = shapes[k][1];
         for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
@@ -259,7 +263,7 @@ static void test_fused_calls(unsigned long long *rng) {
         floatX *logits = dev_malloc((size_t)N * Vp * sizeof(floatX), "logits");
         floatX *ln = dev_malloc((size_t)N * C * sizeof(floatX), "ln");
         float *stats = dev_malloc(2 * N * sizeof(float), "stats");
-        int *am = dev_malloc(N * sizeof(int), "argmax"), got_am[64];
+        int *am = dev_malloc(N * sizeof(int), "argmax"), got_am[128];
         size_t scratch_bytes = fused_scratch_size(N, C, 4 * C);
         void *scratch = dev_malloc(scratch_bytes, "scratch");
         dev_memset_zero(scratch, scratch_bytes);
