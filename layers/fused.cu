@@ -39,7 +39,9 @@
 #include <float.h>
 #include <string.h>
 
-#include "../attention/flash_tile.cuh"   // mma_bf16: the tensor-core product's PTX, written once
+#include <cooperative_groups.h>
+
+#include "../attention/flash_tile.cuh"   // mma_bf16 and cp_async_16: their PTX, written once
 #include "../runtime/cuda_common.cuh"
 #include "decode_attention.cuh"
 #include "fused_plain.h"
@@ -368,11 +370,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
 // of a block's weights loaded before pdl_wait, the input rows staged once, one pass, the
 // epilogue fused. (The layernorm, when the call has one, stays a kernel of its own before it.)
 //
-// The grid: tiles of 32 output channels (a warp's 8 weight rows each) times KB slices of K of
-// 32 KCH columns, so that even a 768-channel projection has about a block per SM; the slices'
-// fp32 sums meet in the scratch, and the tile's last block to finish adds them in slice order
-// (deterministic) and applies the epilogue. A warp computes out = inp W^T for its 8 channels and
-// all N <= 16 MT rows with mma.sync m16n8k16 (MT m-tiles a k-step).
+// The grid: tiles of 32 output channels (a warp's 8 weight rows each) times `slices` slices of K
+// of 32 KCH columns, so that even a 768-channel projection has about a block per SM. A tile's
+// slices are one thread-block cluster: each leaves its fp32 sums in its shared memory, and after
+// the cluster's barrier block r adds up its share of the tile's outputs from all of them in
+// slice order (distributed shared memory: no global round trip, no counter, deterministic) and
+// applies the epilogue. A warp computes inp W^T for its 8 channels and all N <= 16 MT rows with
+// mma.sync m16n8k16 (MT m-tiles a k-step).
 // Loads: lane (g, t) = (lane / 4, lane % 4) reads 16 bytes of weight row n0 + g at columns
 // 32j + 8t.. of chunk j: a 64-byte piece of each of 8 rows per instruction, KCH of them per lane,
 // all in flight at once. The k order inside a chunk is permuted so that those 16 bytes are the
@@ -383,20 +387,19 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
 // 32 KCH + 32 values apart: the 64 bytes of padding put a row's 16-byte reads 16 banks from the
 // next row's, so a quarter-warp's eight reads cover the 32 banks once.
 // Numerics as the GEMV's: fp32 sums, the product rounded to bf16 before GELU or the residual add.
-constexpr int kTcMaxSlices = 8;   // KB at most (the last block's loads of the sums, all in flight)
-constexpr int kTcMaxOC = 8192;    // outputs at most (the scratch's sums are sized for it)
+constexpr int kTcMaxSlices = 8;   // a cluster's blocks at most (the portable limit)
 
 __host__ __device__ constexpr int tc_row_stride(int kch) { return 32 * kch + 32; }   // bf16 values
 
 template <int MT, int KCH>
-__global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, float *sums,
-                                                             unsigned *counters, int slices) {
+__global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, int slices) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900   // clusters: launched on sm_90 and later only
     extern __shared__ int4 smem_tc[];
     bf16 *xs = reinterpret_cast<bf16 *>(smem_tc);   // (16 MT, 32 KCH) staged, stride S
     constexpr int S = tc_row_stride(KCH);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int N = a.N, K = a.K, OC = a.OC, nchunks = K / 32;
-    const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;
+    const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;   // slice: the cluster rank
     const int n0 = tile * 32 + warp * 8, wrow = n0 + g, chunk0 = slice * KCH;
 
     // ---- before the wait: all of this lane's weights
@@ -439,60 +442,56 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, f
         }
     }
 
-    // ---- this slice's sums (N, OC) into the scratch; the tile's last block goes on
-    float *mine = sums + (size_t)slice * N * OC;
+    // ---- this slice's sums into its shared memory, where the staged rows were: pair p =
+    // ((warp * MT + m) * 2 + h) * 32 + lane holds rows 16m + g + 8h, channels n0 + 2t, + 1
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    __syncthreads();   // every warp is done with the staged rows
+    float2 *part = reinterpret_cast<float2 *>(smem_tc);
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = 16 * m + g + 8 * h;
-            if (row < N && n0 < OC)
-                __stcg(reinterpret_cast<float2 *>(mine + (size_t)row * OC + n0 + 2 * t),
-                       make_float2(acc[m][2 * h], acc[m][2 * h + 1]));
-        }
-    __syncthreads();
-    __shared__ bool last;
-    if (threadIdx.x == 0) {   // the last-block pattern of runtime/cuda_common.cuh
-        last = atomic_add_acq_rel(counters + tile, 1u) == (unsigned)slices - 1;
-        if (last) counters[tile] = 0;   // for the next call (stream-ordered after this kernel)
-    }
-    __syncthreads();
-    if (!last) return;
+        for (int h = 0; h < 2; h++) part[((warp * MT + m) * 2 + h) * 32 + lane] = make_float2(acc[m][2 * h], acc[m][2 * h + 1]);
+    cluster.sync();   // every slice's sums are in
 
-    // ---- the last block: the tile's N x 32 outputs, 4 channels a thread at a time, each the
-    // slices' sums added in slice order (every slice's load in flight at once), then the epilogue
-    for (int i = threadIdx.x; i < N * 8; i += kThreads) {
-        const int row = i / 8, col = tile * 32 + 4 * (i % 8);
-        if (col >= OC) continue;
-        float4 part[kTcMaxSlices];
+    // ---- this block's share of the tile's pairs, 128 at a time (pairs (q * slices + slice) *
+    // 128 + thread), each the slices' sums added in slice order, then the epilogue
+    constexpr int kPairs = kWarps * MT * 2 * 32, kRounds = kPairs / kThreads;
+    const float2 *parts[kTcMaxSlices];
 #pragma unroll
-        for (int k = 0; k < kTcMaxSlices; k++)
-            if (k < slices) part[k] = __ldcg(reinterpret_cast<const float4 *>(sums + ((size_t)k * N + row) * OC + col));
-        float v[4] = {part[0].x, part[0].y, part[0].z, part[0].w};
+    for (int k = 0; k < kTcMaxSlices; k++) parts[k] = k < slices ? cluster.map_shared_rank(part, k) : part;
+#pragma unroll
+    for (int q = 0; q < kRounds; q++) {
+        const int p = (q * slices + slice) * kThreads + threadIdx.x;
+        if (p >= kPairs) break;
+        const int pl = p % 32, h = p / 32 % 2, m = p / 64 % MT, pw = p / (64 * MT);
+        const int row = 16 * m + pl / 4 + 8 * h, col = tile * 32 + pw * 8 + 2 * (pl % 4);
+        if (row >= N || col >= OC) continue;
+        float2 v = parts[0][p];
 #pragma unroll
         for (int k = 1; k < kTcMaxSlices; k++)
             if (k < slices) {
-                v[0] += part[k].x;
-                v[1] += part[k].y;
-                v[2] += part[k].z;
-                v[3] += part[k].w;
+                const float2 x = parts[k][p];
+                v.x += x.x;
+                v.y += x.y;
             }
-        bf16 *out = a.out + (size_t)row * OC + col;
-        float b[4], r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        load_bf16<4>(b, a.bias + col);
-        if (a.epilogue == kBiasResidual) {
-            const uint2 raw = __ldcg(reinterpret_cast<const uint2 *>(out));
-            unpack_bf16<4>(r, raw);
+        __nv_bfloat162 *out = reinterpret_cast<__nv_bfloat162 *>(a.out + (size_t)row * OC + col);
+        const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a.bias + col));
+        float y0 = round_bf16(v.x + b.x), y1 = round_bf16(v.y + b.y);
+        if (a.epilogue == kBiasGelu) {
+            y0 = gelu_value(y0);
+            y1 = gelu_value(y1);
+        } else if (a.epilogue == kBiasResidual) {
+            const float2 r = __bfloat1622float2(__ldcg(out));
+            y0 += r.x;
+            y1 += r.y;
         }
-        float y[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            y[e] = round_bf16(v[e] + b[e]);
-            if (a.epilogue == kBiasGelu) y[e] = gelu_value(y[e]);
-            else if (a.epilogue == kBiasResidual) y[e] += r[e];
-        }
-        store_bf16<4>(out, y);
+        *out = __floats2bfloat162_rn(y0, y1);
     }
+    // no block leaves while another still reads its shared memory (relaxed: an execution
+    // barrier only; the reads have returned, and the stores above need no ordering)
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
 }
 
 // the fused path is taken for a shape it handles, unless DECODE_FUSED=0 (a benchmark switch:
@@ -579,24 +578,17 @@ int tc_chunks(int K, int OC) {
     return ceil_div(nchunks, pick) <= kTcMaxSlices ? pick : 0;
 }
 
-// 9 to 64 rows, K a multiple of 32 (a chunk), OC of 32 (a tile), the vectors aligned
+// 9 to 64 rows on a GPU with clusters, K a multiple of 32 (a chunk), OC of 32 (a tile), the
+// vectors aligned
 bool tc_fits(int N, int K, int OC, const void *inp, const void *weight, const void *bias,
              const void *out) {
-    return fused_enabled() && N > FUSED_MAX_ROWS && N <= FUSED_TC_MAX_ROWS && K % 32 == 0 &&
-           OC % 32 == 0 && OC <= kTcMaxOC && bias && is_aligned16(inp) && is_aligned16(weight) &&
-           (uintptr_t)bias % 8 == 0 && (uintptr_t)out % 8 == 0 && tc_chunks(K, OC) > 0;
-}
-
-// the scratch of gemm_rows_kernel (none at N <= FUSED_MAX_ROWS): a counter per tile, then the
-// slices' fp32 sums, sized for kTcMaxOC outputs so that its size depends on N alone
-constexpr size_t kTcCountersBytes = kTcMaxOC / 32 * sizeof(unsigned);
-size_t tc_scratch_bytes(int N) {
-    if (N <= FUSED_MAX_ROWS) return 0;
-    return kTcCountersBytes + (size_t)kTcMaxSlices * N * kTcMaxOC * sizeof(float);
+    return fused_enabled() && cuda_has_clusters() && N > FUSED_MAX_ROWS && N <= FUSED_TC_MAX_ROWS &&
+           K % 32 == 0 && OC % 32 == 0 && bias && is_aligned16(inp) && is_aligned16(weight) &&
+           (uintptr_t)bias % 4 == 0 && (uintptr_t)out % 4 == 0 && tc_chunks(K, OC) > 0;
 }
 
 template <int MT, int KCH>
-void launch_tc(const GemvArgs &a, void *scratch) {
+void launch_tc(const GemvArgs &a) {
     auto kernel = gemm_rows_kernel<MT, KCH>;
     const size_t smem = (size_t)16 * MT * tc_row_stride(KCH) * sizeof(bf16);
     static bool asked = false;   // past the 48 KiB a kernel gets without asking
@@ -605,28 +597,26 @@ void launch_tc(const GemvArgs &a, void *scratch) {
         asked = true;
     }
     const int slices = ceil_div(a.K / 32, KCH), tiles = ceil_div(a.OC, 32);
-    unsigned *counters = (unsigned *)scratch;
-    float *sums = (float *)((char *)scratch + kTcCountersBytes);
-    launch_pdl(kernel, tiles * slices, kThreads, smem, a, sums, counters, slices);
+    launch_pdl_cluster(kernel, tiles * slices, kThreads, smem, slices, a, slices);
 }
 
 template <int MT>
-void gemm_rows_mt(const GemvArgs &a, void *scratch) {
+void gemm_rows_mt(const GemvArgs &a) {
     switch (tc_chunks(a.K, a.OC)) {
-    case 16: launch_tc<MT, 16>(a, scratch); break;
-    case 12: launch_tc<MT, 12>(a, scratch); break;
-    case 8: launch_tc<MT, 8>(a, scratch); break;
-    default: launch_tc<MT, 4>(a, scratch); break;
+    case 16: launch_tc<MT, 16>(a); break;
+    case 12: launch_tc<MT, 12>(a); break;
+    case 8: launch_tc<MT, 8>(a); break;
+    default: launch_tc<MT, 4>(a); break;
     }
 }
 
 // out = inp W^T + bias (+ GELU, or added to out) at 9 to 64 rows (tc_fits)
-void gemm_rows(const GemvArgs &a, void *scratch) {
+void gemm_rows(const GemvArgs &a) {
     switch (ceil_div(a.N, 16)) {
-    case 1: gemm_rows_mt<1>(a, scratch); break;
-    case 2: gemm_rows_mt<2>(a, scratch); break;
-    case 3: gemm_rows_mt<3>(a, scratch); break;
-    default: gemm_rows_mt<4>(a, scratch); break;
+    case 1: gemm_rows_mt<1>(a); break;
+    case 2: gemm_rows_mt<2>(a); break;
+    case 3: gemm_rows_mt<3>(a); break;
+    default: gemm_rows_mt<4>(a); break;
     }
     LAUNCH_CHECK();
 }
@@ -638,16 +628,13 @@ size_t logits_partials_bytes(int N) {
 
 }  // namespace
 
-// the scratch: the LM head's counter and bests, gemm_rows_kernel's, then the plain calls'
 size_t fused_scratch_size(int N, int C, int OC) {
     ensure_backend();
-    return 256 + logits_partials_bytes(N) + tc_scratch_bytes(N) + plain_scratch_size(N, C, OC);
+    return 256 + logits_partials_bytes(N) + plain_scratch_size(N, C, OC);
 }
 
-static void *tc_part(void *scratch, int N) { return (char *)scratch + 256 + logits_partials_bytes(N); }
-
 static PlainScratch plain_part(void *scratch, int N, int C) {
-    return plain_scratch((char *)tc_part(scratch, N) + tc_scratch_bytes(N), N, C);
+    return plain_scratch((char *)scratch + 256 + logits_partials_bytes(N), N, C);
 }
 
 void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
@@ -656,8 +643,7 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
     if (tc_fits(N, C, OC, inp, weight, bias, out)) {   // the layernorm, then the tensor cores
         PlainScratch s = plain_part(scratch, N, C);
         layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
-        gemm_rows(gemv_args(out, s.ln, NULL, NULL, weight, bias, N, C, OC, gelu ? kBiasGelu : kBias),
-                  tc_part(scratch, N));
+        gemm_rows(gemv_args(out, s.ln, NULL, NULL, weight, bias, N, C, OC, gelu ? kBiasGelu : kBias));
         return;
     }
     if (!gemv_fits(N, C, inp, weight) || !is_aligned16(lnw) || !is_aligned16(lnb)) {
@@ -671,8 +657,7 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
 void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
                              const floatX *weight, const floatX *bias, int N, int C, int OC) {
     if (tc_fits(N, C, OC, inp, weight, bias, residual)) {
-        gemm_rows(gemv_args(residual, inp, NULL, NULL, weight, bias, N, C, OC, kBiasResidual),
-                  tc_part(scratch, N));
+        gemm_rows(gemv_args(residual, inp, NULL, NULL, weight, bias, N, C, OC, kBiasResidual));
         return;
     }
     if (!gemv_fits(N, C, inp, weight)) {
@@ -693,8 +678,7 @@ void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scr
     if (B != 1 || !gemv_fits(B, C, qkv, weight)) {
         attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
         if (tc_fits(B, C, C, att, weight, bias, residual))
-            gemm_rows(gemv_args(residual, att, NULL, NULL, weight, bias, B, C, C, kBiasResidual),
-                      tc_part(scratch, B));
+            gemm_rows(gemv_args(residual, att, NULL, NULL, weight, bias, B, C, C, kBiasResidual));
         else
             plain_matmul_residual(residual, plain_part(scratch, B, C), att, weight, bias, B, C, C);
         return;

@@ -157,24 +157,37 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // PDL on unless CUDA_PDL=0 (read once: a benchmark switch, to measure what it saves)
 bool pdl_enabled(void);
+// thread-block clusters (compute capability 9.0 and later)
+bool cuda_has_clusters(void);
 
 // kernel<<<grid, block, smem, cuda_stream>>>(args...), allowed to start before the previous
 // kernel on the stream has finished (PDL); the kernel must keep the rules above. Kept across
-// CUDA graph capture as a programmatic edge. The caller checks the launch (LAUNCH_CHECK).
+// CUDA graph capture as a programmatic edge. With cluster > 0, blocks cluster consecutive
+// blocks form a thread-block cluster (cuda_has_clusters(); grid a multiple of it). The caller
+// checks the launch (LAUNCH_CHECK).
 template <typename... Params, typename... Args>
-static void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                       Args... args) {
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+static void launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                               unsigned cluster, Args... args) {
+    cudaLaunchAttribute attributes[2];
+    attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    attributes[1].id = cudaLaunchAttributeClusterDimension;
+    attributes[1].val.clusterDim.x = cluster;
+    attributes[1].val.clusterDim.y = 1;
+    attributes[1].val.clusterDim.z = 1;
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = cuda_stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    config.attrs = attributes;
+    config.numAttrs = cluster > 0 ? 2 : 1;
     CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+template <typename... Params, typename... Args>
+static void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                       Args... args) {
+    launch_pdl_cluster(kernel, grid, block, smem, 0, args...);
 }
 
 // Launches an element-wise kernel over n elements, 256 threads a block, on cuda_stream: vec, VEC

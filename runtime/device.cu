@@ -67,6 +67,8 @@ void backend_describe(char *buf, size_t n) {
 
 size_t backend_workspace_size(void) { return cublaslt_workspace_size; }
 
+bool cuda_has_clusters(void) { return device_prop.major >= 9; }
+
 bool pdl_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
