@@ -391,18 +391,43 @@ constexpr int kTcMaxSlices = 8;   // a cluster's blocks at most (the portable li
 
 __host__ __device__ constexpr int tc_row_stride(int kch) { return 32 * kch + 32; }   // bf16 values
 
+// wait until at most n (0..3) of this thread's cp.async groups are in flight
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+    switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    default: cp_async_wait<3>(); break;
+    }
+}
+
 template <int MT, int KCH>
 __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, int slices) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900   // clusters: launched on sm_90 and later only
+    // The tile's outputs, as pairs of channels: pair p = ((warp * MT + m) * 2 + h) * 32 + lane
+    // of any slice holds rows 16m + g + 8h, channels n0 + 2t, + 1 of the lane's fragment. They
+    // are added up in groups of 128 (one a thread): group G by slice G % slices, its round
+    // G / slices. kGroups = 2 MT groups; a block owns at most kRounds of them.
+    constexpr int S = tc_row_stride(KCH), kGroups = 2 * MT, kRounds = kGroups;
+    constexpr int kStageBytes = 16 * MT * S * (int)sizeof(bf16);
     extern __shared__ int4 smem_tc[];
     bf16 *xs = reinterpret_cast<bf16 *>(smem_tc);   // (16 MT, 32 KCH) staged, stride S
-    constexpr int S = tc_row_stride(KCH);
+    // then the sums pushed to this block by every slice: [round][slice][128] pairs
+    float2 *recv = reinterpret_cast<float2 *>(reinterpret_cast<char *>(smem_tc) + kStageBytes);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int N = a.N, K = a.K, OC = a.OC, nchunks = K / 32;
     const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;   // slice: the cluster rank
     const int n0 = tile * 32 + warp * 8, wrow = n0 + g, chunk0 = slice * KCH;
+    const int rounds = (kGroups - slice + slices - 1) / slices;   // the groups this block owns
+    // the output pair of this thread in round q: its row and first channel
+    auto pair_at = [&](int q, int &row, int &col) {
+        const int p = (q * slices + slice) * kThreads + threadIdx.x;
+        const int pl = p % 32, h = p / 32 % 2, m = p / 64 % MT, pw = p / (64 * MT);
+        row = 16 * m + pl / 4 + 8 * h;
+        col = tile * 32 + pw * 8 + 2 * (pl % 4);
+    };
 
-    // ---- before the wait: all of this lane's weights
+    // ---- before the wait: all of this lane's weights, the bias of this thread's outputs
     int4 w[KCH];
 #pragma unroll
     for (int i = 0; i < KCH; i++) {
@@ -410,26 +435,52 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
         w[i] = make_int4(0, 0, 0, 0);
         if (j < nchunks && wrow < OC) w[i] = load_streaming(a.weight + (size_t)wrow * K + 32 * j + 8 * t);
     }
+    float2 bias[kRounds];
+#pragma unroll
+    for (int q = 0; q < kRounds; q++) {
+        int row, col;
+        pair_at(q, row, col);
+        bias[q] = make_float2(0.0f, 0.0f);
+        if (q < rounds && col < OC) bias[q] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a.bias + col));
+    }
     pdl_launch_dependents();
     pdl_wait();
 
-    // ---- the input rows' slice into shared memory (rows N.. and columns K.. as zeros)
-    for (int i = threadIdx.x; i < 16 * MT * 4 * KCH; i += kThreads) {
-        const int n = i / (4 * KCH), v = i % (4 * KCH), col = 32 * chunk0 + 8 * v;
-        const bool valid = n < N && col < K;
-        cp_async_16(smem_addr(xs + n * S + 8 * v), valid ? a.inp + (size_t)n * K + col : a.inp, valid);
+    // ---- the input rows' slice into shared memory (rows N.. and columns K.. as zeros), in up
+    // to 4 cp.async groups of chunks, so that the products start when the first group is in
+    constexpr int kGroupChunks = (KCH + 3) / 4, kCopyGroups = (KCH + kGroupChunks - 1) / kGroupChunks;
+#pragma unroll
+    for (int c = 0; c < kCopyGroups; c++) {
+        const int first = c * kGroupChunks, chunks = min(kGroupChunks, KCH - first);
+        for (int i = threadIdx.x; i < 16 * MT * 4 * chunks; i += kThreads) {
+            const int n = i / (4 * chunks), v = 4 * first + i % (4 * chunks), col = 32 * chunk0 + 8 * v;
+            const bool valid = n < N && col < K;
+            cp_async_16(smem_addr(xs + n * S + 8 * v), valid ? a.inp + (size_t)n * K + col : a.inp, valid);
+        }
+        cp_async_commit();
     }
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
+    // the residual this thread adds to, in flight during the products
+    float2 res[kRounds];
+#pragma unroll
+    for (int q = 0; q < kRounds; q++) {
+        int row, col;
+        pair_at(q, row, col);
+        res[q] = make_float2(0.0f, 0.0f);
+        if (a.epilogue == kBiasResidual && q < rounds && row < N && col < OC)
+            res[q] = __bfloat1622float2(__ldcg(reinterpret_cast<const __nv_bfloat162 *>(a.out + (size_t)row * OC + col)));
+    }
 
-    // ---- the products
+    // ---- the products, each chunk group once it has landed
     float acc[MT][4];
 #pragma unroll
     for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
 #pragma unroll
     for (int i = 0; i < KCH; i++) {
-        if (chunk0 + i >= nchunks) break;
+        if (i % kGroupChunks == 0) {
+            cp_async_wait_upto(kCopyGroups - 1 - i / kGroupChunks);
+            __syncthreads();
+        }
+        if (chunk0 + i >= nchunks) continue;
         const bf16 *col = xs + 32 * i + 8 * t;
 #pragma unroll
         for (int m = 0; m < MT; m++) {
@@ -442,55 +493,43 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
         }
     }
 
-    // ---- this slice's sums into its shared memory, where the staged rows were: pair p =
-    // ((warp * MT + m) * 2 + h) * 32 + lane holds rows 16m + g + 8h, channels n0 + 2t, + 1
+    // ---- this slice's sums pushed to their owners' shared memory (distributed shared memory
+    // stores: no round trip), then the cluster's barrier
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
-    __syncthreads();   // every warp is done with the staged rows
-    float2 *part = reinterpret_cast<float2 *>(smem_tc);
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) part[((warp * MT + m) * 2 + h) * 32 + lane] = make_float2(acc[m][2 * h], acc[m][2 * h + 1]);
-    cluster.sync();   // every slice's sums are in
+        for (int h = 0; h < 2; h++) {
+            const int p = ((warp * MT + m) * 2 + h) * 32 + lane, G = p / kThreads;
+            float2 *dst = cluster.map_shared_rank(recv, G % slices);
+            dst[(G / slices * slices + slice) * kThreads + p % kThreads] = make_float2(acc[m][2 * h], acc[m][2 * h + 1]);
+        }
+    cluster.sync();   // every slice's sums are in, and nobody writes to this block any more
 
-    // ---- this block's share of the tile's pairs, 128 at a time (pairs (q * slices + slice) *
-    // 128 + thread), each the slices' sums added in slice order, then the epilogue
-    constexpr int kPairs = kWarps * MT * 2 * 32, kRounds = kPairs / kThreads;
-    const float2 *parts[kTcMaxSlices];
-#pragma unroll
-    for (int k = 0; k < kTcMaxSlices; k++) parts[k] = k < slices ? cluster.map_shared_rank(part, k) : part;
+    // ---- this block's groups: the slices' sums added in slice order, then the epilogue
 #pragma unroll
     for (int q = 0; q < kRounds; q++) {
-        const int p = (q * slices + slice) * kThreads + threadIdx.x;
-        if (p >= kPairs) break;
-        const int pl = p % 32, h = p / 32 % 2, m = p / 64 % MT, pw = p / (64 * MT);
-        const int row = 16 * m + pl / 4 + 8 * h, col = tile * 32 + pw * 8 + 2 * (pl % 4);
+        if (q >= rounds) break;
+        int row, col;
+        pair_at(q, row, col);
         if (row >= N || col >= OC) continue;
-        float2 v = parts[0][p];
-#pragma unroll
-        for (int k = 1; k < kTcMaxSlices; k++)
-            if (k < slices) {
-                const float2 x = parts[k][p];
-                v.x += x.x;
-                v.y += x.y;
-            }
-        __nv_bfloat162 *out = reinterpret_cast<__nv_bfloat162 *>(a.out + (size_t)row * OC + col);
-        const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a.bias + col));
-        float y0 = round_bf16(v.x + b.x), y1 = round_bf16(v.y + b.y);
+        const float2 *x = recv + q * slices * kThreads + threadIdx.x;
+        float2 v = x[0];
+        for (int k = 1; k < slices; k++) {
+            v.x += x[k * kThreads].x;
+            v.y += x[k * kThreads].y;
+        }
+        float y0 = round_bf16(v.x + bias[q].x), y1 = round_bf16(v.y + bias[q].y);
         if (a.epilogue == kBiasGelu) {
             y0 = gelu_value(y0);
             y1 = gelu_value(y1);
         } else if (a.epilogue == kBiasResidual) {
-            const float2 r = __bfloat1622float2(__ldcg(out));
-            y0 += r.x;
-            y1 += r.y;
+            y0 += res[q].x;
+            y1 += res[q].y;
         }
-        *out = __floats2bfloat162_rn(y0, y1);
+        *reinterpret_cast<__nv_bfloat162 *>(a.out + (size_t)row * OC + col) = __floats2bfloat162_rn(y0, y1);
     }
-    // no block leaves while another still reads its shared memory (relaxed: an execution
-    // barrier only; the reads have returned, and the stores above need no ordering)
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 #endif
 }
 
@@ -590,13 +629,19 @@ bool tc_fits(int N, int K, int OC, const void *inp, const void *weight, const vo
 template <int MT, int KCH>
 void launch_tc(const GemvArgs &a) {
     auto kernel = gemm_rows_kernel<MT, KCH>;
-    const size_t smem = (size_t)16 * MT * tc_row_stride(KCH) * sizeof(bf16);
-    static bool asked = false;   // past the 48 KiB a kernel gets without asking
+    // the staged rows, then the pushed sums: 2 MT groups of 128 pairs, rounded up to whole
+    // rounds of `slices`
+    const int slices = ceil_div(a.K / 32, KCH), tiles = ceil_div(a.OC, 32);
+    const size_t smem = (size_t)16 * MT * tc_row_stride(KCH) * sizeof(bf16) +
+                        (size_t)ceil_div(2 * MT, slices) * slices * kThreads * sizeof(float2);
+    // past the 48 KiB a kernel gets without asking; the most any call of it takes (8 slices)
+    static bool asked = false;
     if (!asked) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        const size_t most = (size_t)16 * MT * tc_row_stride(KCH) * sizeof(bf16) +
+                            (size_t)(2 * MT + kTcMaxSlices) * kThreads * sizeof(float2);
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most));
         asked = true;
     }
-    const int slices = ceil_div(a.K / 32, KCH), tiles = ceil_div(a.OC, 32);
     launch_pdl_cluster(kernel, tiles * slices, kThreads, smem, slices, a, slices);
 }
 
