@@ -391,6 +391,7 @@ constexpr int kTcMaxSlices = 8;   // a cluster's blocks at most (the portable li
 
 __host__ __device__ constexpr int tc_row_stride(int kch) { return 32 * kch + 32; }   // bf16 values
 
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // wait until at most n (0..3) of this thread's cp.async groups are in flight
 __device__ __forceinline__ void cp_async_wait_upto(int n) {
     switch (n) {
@@ -400,6 +401,7 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
     default: cp_async_wait<3>(); break;
     }
 }
+#endif
 
 template <int MT, int KCH>
 __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, int slices) {
