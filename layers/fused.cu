@@ -1,6 +1,7 @@
 // fused.cu: the decode step's fused calls on CUDA (layers.h): at N <= FUSED_MAX_ROWS rows, one
-// GEMV kernel each; with more rows, the plain layers (fused_plain.h: cuBLASLt's tensor-core
-// GEMMs, which win once a weight row serves many input rows).
+// GEMV kernel each; up to FUSED_TC_MAX_ROWS, a layernorm kernel and a tensor-core kernel of the
+// same plan (gemm_rows_kernel, below); with more rows, the plain layers (fused_plain.h:
+// cuBLASLt's tensor-core GEMMs, which win once a weight row serves many input rows).
 //
 // Why a GEMV of its own: at batch 1 a decode step reads 249 MB of weights (60 us at the H200's
 // ~4.2 TB/s) but took 504 us as some 150 kernels of a few microseconds each. Each matrix of
@@ -363,12 +364,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     a.argmax[n] = index < a.V ? index : 0;   // rows of NaNs: index 0, as logits_argmax
 }
 
-// ---- 9 to 64 rows: tensor cores -----------------------------------------------------------------
+// ---- 9 to 16 rows: tensor cores -----------------------------------------------------------------
 // Above FUSED_MAX_ROWS a weight row serves too many input rows for the GEMV's FMAs, and the
-// plain path's cuBLASLt GEMMs (4-7 us each at 64 rows, for 1.2-4.7 MB of weights) are bound by
-// their start and end, not by the weights. This kernel is the GEMV's plan on tensor cores: all
-// of a block's weights loaded before pdl_wait, the input rows staged once, one pass, the
-// epilogue fused. (The layernorm, when the call has one, stays a kernel of its own before it.)
+// plain path's cuBLASLt GEMMs (4-7 us each, for 1.2-4.7 MB of weights) are bound by their start
+// and end, not by the weights. This kernel is the GEMV's plan on tensor cores: all of a block's
+// weights loaded before pdl_wait, the input rows staged once, one pass, the epilogue fused. (The
+// layernorm, when the call has one, stays a kernel of its own before it.) At 9-16 rows it made
+// the decode step 20% faster than cuBLASLt; at 32-64 rows (MT = 2-4) it was 4-30% slower, 8-12
+// us a call where its phases add up to 3-4 (docs/PERF.md, ninth session): FUSED_TC_MAX_ROWS.
 //
 // The grid: tiles of 32 output channels (a warp's 8 weight rows each) times `slices` slices of K
 // of 32 KCH columns, so that even a 768-channel projection has about a block per SM. A tile's
@@ -619,8 +622,8 @@ int tc_chunks(int K, int OC) {
     return ceil_div(nchunks, pick) <= kTcMaxSlices ? pick : 0;
 }
 
-// 9 to 64 rows on a GPU with clusters, K a multiple of 32 (a chunk), OC of 32 (a tile), the
-// vectors aligned
+// FUSED_MAX_ROWS + 1 to FUSED_TC_MAX_ROWS rows on a GPU with clusters, K a multiple of 32 (a
+// chunk), OC of 32 (a tile), the vectors aligned
 bool tc_fits(int N, int K, int OC, const void *inp, const void *weight, const void *bias,
              const void *out) {
     return fused_enabled() && cuda_has_clusters() && N > FUSED_MAX_ROWS && N <= FUSED_TC_MAX_ROWS &&
@@ -657,14 +660,10 @@ void gemm_rows_mt(const GemvArgs &a) {
     }
 }
 
-// out = inp W^T + bias (+ GELU, or added to out) at 9 to 64 rows (tc_fits)
+// out = inp W^T + bias (+ GELU, or added to out) at 9 to 16 rows (tc_fits): one m-tile
 void gemm_rows(const GemvArgs &a) {
-    switch (ceil_div(a.N, 16)) {
-    case 1: gemm_rows_mt<1>(a); break;
-    case 2: gemm_rows_mt<2>(a); break;
-    case 3: gemm_rows_mt<3>(a); break;
-    default: gemm_rows_mt<4>(a); break;
-    }
+    static_assert(FUSED_TC_MAX_ROWS <= 16, "gemm_rows: more rows need MT = ceil(N / 16) m-tiles");
+    gemm_rows_mt<1>(a);
     LAUNCH_CHECK();
 }
 

@@ -169,8 +169,9 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
 // head's argmax keeps a counter there that every call leaves zero).
 #define FUSED_MAX_ROWS 8
 // above it, up to this many rows, the matmuls are a tensor-core kernel of fused.cu's own
-// (weights loaded before the wait, the epilogue fused), the layernorm still a kernel before it
-#define FUSED_TC_MAX_ROWS 64
+// (weights loaded before the wait, the epilogue fused), the layernorm still a kernel before it;
+// above it cuBLASLt's GEMMs measured faster (docs/PERF.md, ninth session)
+#define FUSED_TC_MAX_ROWS 16
 size_t fused_scratch_size(int N, int C, int OC);
 // out (N, OC) = layernorm(inp) @ weight^T + bias, then GELU when gelu != 0
 // inp (N, C), lnw, lnb (C), weight (OC, C), bias (OC)

@@ -206,10 +206,10 @@ static void test_fused_calls(unsigned long long *rng) {
     // (C, OC): GPT-2 124M's QKV and FC (K = 768, KC = 3), its projections from 4C (K = 3072,
     // KC = 12), a small model's (K = 256), a K that is no multiple of 256
     int shapes[][2] = {{768, 2304}, {768, 3072}, {3072, 768}, {256, 1024}, {1024, 256}, {200, 72}};
-    // 1-8: the GEMV kernels; 9-64: the tensor-core kernel (1 to 4 m-tiles, rows past N in the
-    // last), or the plain path where a shape does not fit it; 65: the plain path, GELU and add
-    // in cuBLASLt's epilogue
-    int rows[] = {1, 2, 3, 4, 8, 9, 17, 40, 64, 65};
+    // 1-8: the GEMV kernels; 9-16: the tensor-core kernel (rows past N in its m-tile as zeros),
+    // or the plain path where a shape does not fit it; 17, 64: the plain path, GELU and add in
+    // cuBLASLt's epilogue
+    int rows[] = {1, 2, 3, 4, 8, 9, 13, 16, 17, 64};
     for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
         int C = shapes[k][0], OC = shapes[k][1];
         for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
@@ -363,7 +363,8 @@ static void test_cached_decoding(unsigned long long *rng) {
     check_cached_decoding(&m, 3, 37, 60, rng);    // B=3: the fused kernels at NR = 4
     check_cached_decoding(&m, 1, 1, 50, rng);     // batch 1 from position 1
     check_cached_decoding(&m, 4, 200, 57, rng);   // B=4 up to the model's last position, 255
-    check_cached_decoding(&m, 9, 20, 12, rng);    // B=9: above FUSED_MAX_ROWS, the plain layers
+    check_cached_decoding(&m, 9, 20, 12, rng);    // B=9: above FUSED_MAX_ROWS, the tensor-core kernel
+    check_cached_decoding(&m, 16, 20, 6, rng);    // B=16: its last row count
     check_cached_decoding(&m, 64, 20, 6, rng);    // B=64: bench_infer's batch, one split a head
     // greedy with the tokens kept on the device (the step replayed as a CUDA graph, the host
     // reading each step's argmax one step late): the same bits as through the host
