@@ -432,6 +432,10 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
         col = tile * 32 + pw * 8 + 2 * (pl % 4);
     };
 
+    // a block's shared memory may be written by the others only once it runs: this arrival,
+    // waited for before the first such store, says so (relaxed: nothing to order yet)
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+
     // ---- before the wait: all of this lane's weights, the bias of this thread's outputs
     int4 w[KCH];
 #pragma unroll
@@ -502,6 +506,7 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
     // stores: no round trip), then the cluster's barrier
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");   // every block of the cluster runs
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll

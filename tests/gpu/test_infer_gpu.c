@@ -3,6 +3,9 @@
 // both computed from the same bf16-rounded inputs, the cache
 // writes bit for bit, the argmax, and the model's KV-cached decoding (through a CUDA graph)
 // against recomputing the whole sequence. Prints SKIP and passes where there is no GPU.
+// --sanitize: the cache writes, the argmax and the fused calls at a few shapes and row counts
+// only (1, 9, 16 rows: the GEMV and the tensor-core kernel), small enough for
+// compute-sanitizer's racecheck and synccheck.
 //
 // Tolerances: attention_decode relative 1e-2 (its output is rounded to bf16, 2^-9 relative,
 // and the probabilities are fp32); cached against recomputed logits relative 2e-2 (the two
@@ -202,17 +205,22 @@ static floatX *upload_random(float *host, size_t n, float scale, unsigned long l
     return upload_rounded(host, n);
 }
 
+// --sanitize: a few shapes and row counts, no LM head, for compute-sanitizer's slow tools
+static int sanitize_mode = 0;
+
 static void test_fused_calls(unsigned long long *rng) {
     // (C, OC): GPT-2 124M's QKV and FC (K = 768, KC = 3), its projections from 4C (K = 3072,
     // KC = 12), a small model's (K = 256), a K that is no multiple of 256
-    int shapes[][2] = {{768, 2304}, {768, 3072}, {3072, 768}, {256, 1024}, {1024, 256}, {200, 72}};
+    int shapes[][2] = {{768, 2304}, {3072, 768}, {768, 3072}, {256, 1024}, {1024, 256}, {200, 72}};
     // 1-8: the GEMV kernels; 9-16: the tensor-core kernel (rows past N in its m-tile as zeros),
     // or the plain path where a shape does not fit it; 17, 64: the plain path, GELU and add in
     // cuBLASLt's epilogue
     int rows[] = {1, 2, 3, 4, 8, 9, 13, 16, 17, 64};
-    for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+    const size_t nshapes = sanitize_mode ? 2 : sizeof(shapes) / sizeof(shapes[0]);
+    for (size_t k = 0; k < nshapes; k++) {
         int C = shapes[k][0], OC = shapes[k][1];
         for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+            if (sanitize_mode && rows[r] != 1 && rows[r] != 9 && rows[r] != 16) continue;
             int N = rows[r];
             float *h = malloc((size_t)(N * C + 2 * C + OC * C + OC + N * OC) * sizeof(float));
             float *got = malloc((size_t)N * OC * sizeof(float)), *want = malloc((size_t)N * OC * sizeof(float));
@@ -252,6 +260,7 @@ static void test_fused_calls(unsigned long long *rng) {
     }
 
     // the LM head at GPT-2's vocabulary: logits against the plain layers', the argmax exact
+    if (sanitize_mode) return;
     int C = 768, V = 50257, Vp = 50304;
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         int N = rows[r];
@@ -382,7 +391,15 @@ static void test_cached_decoding(unsigned long long *rng) {
     gpt2_free(&m);
 }
 
-int main(void) {
+// usage: test_infer_gpu [--sanitize]
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--sanitize")) sanitize_mode = 1;
+        else {
+            fprintf(stderr, "usage: %s [--sanitize]\n", argv[0]);
+            return 2;
+        }
+    }
     if (backend_init() != 0) {
         SKIP("no CUDA device: the GPU tests of generation did not run");
         return test_summary();
@@ -391,10 +408,10 @@ int main(void) {
     backend_describe(desc, sizeof(desc));
     printf("device: %s\n", desc);
     unsigned long long rng = test_seed();
-    test_attention_decode(&rng);
+    if (!sanitize_mode) test_attention_decode(&rng);
     test_kv_cache_store(&rng);
     test_argmax(&rng);
     test_fused_calls(&rng);
-    test_cached_decoding(&rng);
+    if (!sanitize_mode) test_cached_decoding(&rng);
     return test_summary();
 }
