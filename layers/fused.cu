@@ -444,14 +444,21 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
         w[i] = make_int4(0, 0, 0, 0);
         if (j < nchunks && wrow < OC) w[i] = load_streaming(a.weight + (size_t)wrow * K + 32 * j + 8 * t);
     }
-    float2 bias[kRounds];
+    // f(q, row, col) for each pair this block adds up in round q, in an output row and column
+    auto each_pair = [&](auto f) {
 #pragma unroll
-    for (int q = 0; q < kRounds; q++) {
-        int row, col;
-        pair_at(q, row, col);
-        bias[q] = make_float2(0.0f, 0.0f);
-        if (q < rounds && col < OC) bias[q] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a.bias + col));
-    }
+        for (int q = 0; q < kRounds; q++) {
+            int row, col;
+            pair_at(q, row, col);
+            if (q < rounds && row < N && col < OC) f(q, row, col);
+        }
+    };
+    float2 bias[kRounds], res[kRounds];
+#pragma unroll
+    for (int q = 0; q < kRounds; q++) bias[q] = res[q] = make_float2(0.0f, 0.0f);
+    each_pair([&](int q, int, int col) {
+        bias[q] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a.bias + col));
+    });
     pdl_launch_dependents();
     pdl_wait();
 
@@ -469,15 +476,10 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
         cp_async_commit();
     }
     // the residual this thread adds to, in flight during the products
-    float2 res[kRounds];
-#pragma unroll
-    for (int q = 0; q < kRounds; q++) {
-        int row, col;
-        pair_at(q, row, col);
-        res[q] = make_float2(0.0f, 0.0f);
-        if (a.epilogue == kBiasResidual && q < rounds && row < N && col < OC)
+    if (a.epilogue == kBiasResidual)
+        each_pair([&](int q, int row, int col) {
             res[q] = __bfloat1622float2(__ldcg(reinterpret_cast<const __nv_bfloat162 *>(a.out + (size_t)row * OC + col)));
-    }
+        });
 
     // ---- the products, each chunk group once it has landed
     float acc[MT][4];
@@ -518,12 +520,7 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
     cluster.sync();   // every slice's sums are in, and nobody writes to this block any more
 
     // ---- this block's groups: the slices' sums added in slice order, then the epilogue
-#pragma unroll
-    for (int q = 0; q < kRounds; q++) {
-        if (q >= rounds) break;
-        int row, col;
-        pair_at(q, row, col);
-        if (row >= N || col >= OC) continue;
+    each_pair([&](int q, int row, int col) {
         const float2 *x = recv + q * slices * kThreads + threadIdx.x;
         float2 v = x[0];
         for (int k = 1; k < slices; k++) {
@@ -539,7 +536,9 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
             y1 += res[q].y;
         }
         *reinterpret_cast<__nv_bfloat162 *>(a.out + (size_t)row * OC + col) = __floats2bfloat162_rn(y0, y1);
-    }
+    });
+#else
+    __trap();   // compiled for a GPU without clusters: tc_fits never launches it (tc_ready)
 #endif
 }
 
@@ -619,19 +618,39 @@ int tc_chunks(int K, int OC) {
     const int nchunks = K / 32, tiles = ceil_div(OC, 32), options[] = {16, 12, 8, 4};
     int pick = 0;
     for (int kch : options)
-        if (nchunks % kch == 0 && tiles * (nchunks / kch) >= cuda_num_sms) { pick = kch; break; }
+        if (nchunks % kch == 0 && nchunks / kch <= kTcMaxSlices && tiles * (nchunks / kch) >= cuda_num_sms) {
+            pick = kch;
+            break;
+        }
     if (!pick)
         for (int kch : options)
-            if (tiles * ceil_div(nchunks, kch) >= cuda_num_sms) { pick = kch; break; }
+            if (ceil_div(nchunks, kch) <= kTcMaxSlices && tiles * ceil_div(nchunks, kch) >= cuda_num_sms) {
+                pick = kch;
+                break;
+            }
     if (!pick) pick = 4;
     return ceil_div(nchunks, pick) <= kTcMaxSlices ? pick : 0;
+}
+
+// the kernel can run here: the GPU has clusters, and the binary's code for it was compiled for
+// sm_90 or later (a CUDA_ARCH=sm_80 build run on a Hopper GPU JIT-compiles the sm_80 PTX, where
+// the kernel's body is compiled out)
+bool tc_ready() {
+    static int ready = -1;
+    if (ready < 0) {
+        cudaFuncAttributes attr;
+        ready = cuda_has_clusters() && cudaFuncGetAttributes(&attr, gemm_rows_kernel<1, 4>) == cudaSuccess &&
+                attr.ptxVersion >= 90;
+        cudaGetLastError();   // a failed query is an answer (not ready), not a sticky error
+    }
+    return ready;
 }
 
 // FUSED_MAX_ROWS + 1 to FUSED_TC_MAX_ROWS rows on a GPU with clusters, K a multiple of 32 (a
 // chunk), OC of 32 (a tile), the vectors aligned
 bool tc_fits(int N, int K, int OC, const void *inp, const void *weight, const void *bias,
              const void *out) {
-    return fused_enabled() && cuda_has_clusters() && N > FUSED_MAX_ROWS && N <= FUSED_TC_MAX_ROWS &&
+    return fused_enabled() && N > FUSED_MAX_ROWS && N <= FUSED_TC_MAX_ROWS && tc_ready() &&
            K % 32 == 0 && OC % 32 == 0 && bias && is_aligned16(inp) && is_aligned16(weight) &&
            (uintptr_t)bias % 4 == 0 && (uintptr_t)out % 4 == 0 && tc_chunks(K, OC) > 0;
 }
