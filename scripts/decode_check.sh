@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # decode_check.sh: issue 20's check on a GPU, from binaries already built (make BACKEND=cuda
-# cuda-build; nothing is rebuilt here), in about 3 minutes:
+# cuda-build; nothing is rebuilt here), in about 4 minutes:
 #   1. tests/gpu/test_infer_gpu: the fused decode kernels against the plain layers, the decode
 #      attention against fp64, cached against recomputed logits at B = 1, 3, 4, 9, 64, greedy
 #      with the tokens on the device against greedy through the host
@@ -16,6 +16,8 @@
 #      at batch 1 and 64 (CUPTI; scripts/timeline.py --cut encoder_forward): each kernel's
 #      share of the step's critical path, and the idle gaps; at batch 1 also each of a layer's
 #      five calls (timeline.py --period 5)
+#   6. with compute-sanitizer on the PATH (SANITIZE=0 skips it): memcheck, racecheck and
+#      synccheck on test_infer_gpu --sanitize (the fused calls at a few shapes and 1, 9, 16 rows)
 # Everything also lands in $OUT_DIR (default $BUILD/decode_check).
 set -uo pipefail
 BUILD=${BUILD:-build/cuda-flash}
@@ -108,5 +110,15 @@ if [ "${TIMELINE:-1}" != 0 ] && [ -f "$TL" ] && command -v python3 > /dev/null; 
     done
 else
     echo "== 5. skipped (TIMELINE=0, no $TL, or no python3)"
+fi
+if [ "${SANITIZE:-1}" != 0 ] && command -v compute-sanitizer > /dev/null; then
+    echo "== 6. compute-sanitizer on test_infer_gpu --sanitize"
+    for tool in memcheck racecheck synccheck; do
+        compute-sanitizer --tool $tool --error-exitcode 1 "$BUILD/tests/gpu/test_infer_gpu" --sanitize \
+            > "$OUT_DIR/sanitize_$tool.txt" 2>&1
+        echo "$tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT_DIR/sanitize_$tool.txt" | tr '\n' ' '))"
+    done
+else
+    echo "== 6. skipped (SANITIZE=0, or no compute-sanitizer on the PATH)"
 fi
 echo "results in $OUT_DIR"
