@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/racecheck_verdict.sh LOG: the verdict on a `compute-sanitizer --tool racecheck` log of
-# test_attention_gpu (scripts/attention_check.sh's sanitize stage). Racecheck reports hazards
+# test_attention_gpu or test_infer_gpu --sanitize (attention_check.sh's and decode_check.sh's
+# sanitize stages). Racecheck reports hazards
 # inside cuBLAS's own GEMM kernels (nvjet_*, which the naive reference calls), and with a kernel
 # filter (--kernel-name) it fails to run at all (an internal error of the tool, seen with
 # compute-sanitizer 2025 on an H200), so it checks every kernel and this script judges: it
@@ -19,6 +20,9 @@ echo "kernels named in hazards: $(echo "$accesses" | sed -nE 's/.* at (.*)\+0x[0
     awk '{$1=$1; print}' | paste -sd ';' -)"
 if ! grep -q 'RACECHECK SUMMARY' "$log"; then
     echo "FAILED: no racecheck summary in $log (the run did not finish)"; exit 1
+fi
+if grep -q 'Potential invalid' "$log"; then   # e.g. distributed shared memory of a block not yet running
+    echo "FAILED: $(grep -m1 -A1 'Potential invalid' "$log" | tr -s ' =' ' ')"; exit 1
 fi
 if grep -q 'Internal Sanitizer Error' "$log"; then
     echo "FAILED: the tool reported an internal error: not every kernel was checked"; exit 1
