@@ -34,6 +34,9 @@ check "hazards counted but no kernel named: failed" \
 check "the tool's internal error, even with 0 hazards counted: failed" \
     verdict 1 "========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.\n$S: 0 hazards displayed (0 errors, 0 warnings)\n"
 check "no summary (the run did not finish): failed" verdict 1 "$(race nvjet_sm90_tst_256x96_TNT)"
+# distributed shared memory written in a cluster block that has not started (session 9, call 9)
+check "a potential invalid shared write, with a clean summary: failed" \
+    verdict 1 "========= Potential invalid __shared__ write of size 8 bytes\n=========     at void (anonymous namespace)::gemm_rows_kernel<(int)1, (int)12>(GemvArgs, int)+0x5c00\n=========     Address 0x1003800 is located in a block that might not have entered yet\n$S: 0 hazards displayed (0 errors, 0 warnings)\n"
 check "no log given: usage, exit 2" bash -c 'bash scripts/racecheck_verdict.sh 2>/dev/null; [ $? -eq 2 ]'
 check "an unreadable log: usage, exit 2" bash -c "bash scripts/racecheck_verdict.sh $tmp/missing 2>/dev/null; [ \$? -eq 2 ]"
 finish
