@@ -412,8 +412,8 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
     // The tile's outputs, as pairs of channels: pair p = ((warp * MT + m) * 2 + h) * 32 + lane
     // of any slice holds rows 16m + g + 8h, channels n0 + 2t, + 1 of the lane's fragment. They
     // are added up in groups of 128 (one a thread): group G by slice G % slices, its round
-    // G / slices. kGroups = 2 MT groups; a block owns at most kRounds of them.
-    constexpr int S = tc_row_stride(KCH), kGroups = 2 * MT, kRounds = kGroups;
+    // G / slices. kGroups = 2 MT groups; a block owns `rounds` of them (all, with one slice).
+    constexpr int S = tc_row_stride(KCH), kGroups = 2 * MT;
     constexpr int kStageBytes = 16 * MT * S * (int)sizeof(bf16);
     extern __shared__ int4 smem_tc[];
     bf16 *xs = reinterpret_cast<bf16 *>(smem_tc);   // (16 MT, 32 KCH) staged, stride S
@@ -447,15 +447,15 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
     // f(q, row, col) for each pair this block adds up in round q, in an output row and column
     auto each_pair = [&](auto f) {
 #pragma unroll
-        for (int q = 0; q < kRounds; q++) {
+        for (int q = 0; q < kGroups; q++) {
             int row, col;
             pair_at(q, row, col);
             if (q < rounds && row < N && col < OC) f(q, row, col);
         }
     };
-    float2 bias[kRounds], res[kRounds];
+    float2 bias[kGroups], res[kGroups];
 #pragma unroll
-    for (int q = 0; q < kRounds; q++) bias[q] = res[q] = make_float2(0.0f, 0.0f);
+    for (int q = 0; q < kGroups; q++) bias[q] = res[q] = make_float2(0.0f, 0.0f);
     each_pair([&](int q, int, int col) {
         bias[q] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a.bias + col));
     });
@@ -615,19 +615,17 @@ void gemv(const GemvArgs &a, int max_blocks) {
 // divides K's chunks and gives the grid a block per SM, else the largest that gives it a block
 // per SM, else 4; 0 (the plain path) when K would need more than kTcMaxSlices slices
 int tc_chunks(int K, int OC) {
-    const int nchunks = K / 32, tiles = ceil_div(OC, 32), options[] = {16, 12, 8, 4};
-    int pick = 0;
-    for (int kch : options)
-        if (nchunks % kch == 0 && nchunks / kch <= kTcMaxSlices && tiles * (nchunks / kch) >= cuda_num_sms) {
-            pick = kch;
-            break;
+    const int nchunks = K / 32, tiles = ceil_div(OC, 32);
+    auto largest = [&](bool dividing) {   // 0: none
+        for (int kch : {16, 12, 8, 4}) {
+            const int slices = ceil_div(nchunks, kch);
+            if ((!dividing || nchunks % kch == 0) && slices <= kTcMaxSlices && tiles * slices >= cuda_num_sms)
+                return kch;
         }
-    if (!pick)
-        for (int kch : options)
-            if (ceil_div(nchunks, kch) <= kTcMaxSlices && tiles * ceil_div(nchunks, kch) >= cuda_num_sms) {
-                pick = kch;
-                break;
-            }
+        return 0;
+    };
+    int pick = largest(true);
+    if (!pick) pick = largest(false);
     if (!pick) pick = 4;
     return ceil_div(nchunks, pick) <= kTcMaxSlices ? pick : 0;
 }
@@ -659,35 +657,31 @@ template <int MT, int KCH>
 void launch_tc(const GemvArgs &a) {
     auto kernel = gemm_rows_kernel<MT, KCH>;
     // the staged rows, then the pushed sums: 2 MT groups of 128 pairs, rounded up to whole
-    // rounds of `slices`
+    // rounds of `slices` (2 MT + slices - 1 groups at most)
+    auto smem_bytes = [](int groups) {
+        return (size_t)16 * MT * tc_row_stride(KCH) * sizeof(bf16) + (size_t)groups * kThreads * sizeof(float2);
+    };
     const int slices = ceil_div(a.K / 32, KCH), tiles = ceil_div(a.OC, 32);
-    const size_t smem = (size_t)16 * MT * tc_row_stride(KCH) * sizeof(bf16) +
-                        (size_t)ceil_div(2 * MT, slices) * slices * kThreads * sizeof(float2);
     // past the 48 KiB a kernel gets without asking; the most any call of it takes (8 slices)
     static bool asked = false;
     if (!asked) {
-        const size_t most = (size_t)16 * MT * tc_row_stride(KCH) * sizeof(bf16) +
-                            (size_t)(2 * MT + kTcMaxSlices) * kThreads * sizeof(float2);
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most));
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem_bytes(2 * MT + kTcMaxSlices)));
         asked = true;
     }
-    launch_pdl_cluster(kernel, tiles * slices, kThreads, smem, slices, a, slices);
-}
-
-template <int MT>
-void gemm_rows_mt(const GemvArgs &a) {
-    switch (tc_chunks(a.K, a.OC)) {
-    case 16: launch_tc<MT, 16>(a); break;
-    case 12: launch_tc<MT, 12>(a); break;
-    case 8: launch_tc<MT, 8>(a); break;
-    default: launch_tc<MT, 4>(a); break;
-    }
+    launch_pdl_cluster(kernel, tiles * slices, kThreads, smem_bytes(ceil_div(2 * MT, slices) * slices),
+                       slices, a, slices);
 }
 
 // out = inp W^T + bias (+ GELU, or added to out) at 9 to 16 rows (tc_fits): one m-tile
 void gemm_rows(const GemvArgs &a) {
     static_assert(FUSED_TC_MAX_ROWS <= 16, "gemm_rows: more rows need MT = ceil(N / 16) m-tiles");
-    gemm_rows_mt<1>(a);
+    switch (tc_chunks(a.K, a.OC)) {
+    case 16: launch_tc<1, 16>(a); break;
+    case 12: launch_tc<1, 12>(a); break;
+    case 8: launch_tc<1, 8>(a); break;
+    default: launch_tc<1, 4>(a); break;
+    }
     LAUNCH_CHECK();
 }
 

@@ -2,7 +2,7 @@
 # decode_check.sh: issue 20's check on a GPU, from binaries already built (make BACKEND=cuda
 # cuda-build; nothing is rebuilt here), in about 4 minutes:
 #   1. tests/gpu/test_infer_gpu: the fused decode kernels against the plain layers, the decode
-#      attention against fp64, cached against recomputed logits at B = 1, 3, 4, 9, 64, greedy
+#      attention against fp64, cached against recomputed logits at B = 1, 3, 4, 9, 16, 64, greedy
 #      with the tokens on the device against greedy through the host
 #   2. tests/gpu/hf_parity.sh: greedy generation against Hugging Face (skips itself without
 #      torch and transformers; HF_PARITY=0 skips it here)

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # scripts/racecheck_verdict.sh LOG: the verdict on a `compute-sanitizer --tool racecheck` log of
 # test_attention_gpu or test_infer_gpu --sanitize (attention_check.sh's and decode_check.sh's
-# sanitize stages). Racecheck reports hazards
-# inside cuBLAS's own GEMM kernels (nvjet_*, which the naive reference calls), and with a kernel
-# filter (--kernel-name) it fails to run at all (an internal error of the tool, seen with
-# compute-sanitizer 2025 on an H200), so it checks every kernel and this script judges: it
+# sanitize stages). Racecheck reports hazards inside cuBLAS's own GEMM kernels (nvjet_*, which
+# the naive reference and the plain layers call), and with a kernel filter (--kernel-name) it
+# fails to run at all (an internal error of the tool, seen with compute-sanitizer 2025 on an
+# H200), so it checks every kernel and this script judges: it
 # prints the kernels named in hazards (both report formats: "Read access at KERNEL+0x.." and,
 # with --racecheck-report hazard, "Thread (x,y,z) at KERNEL+0x.."), then exits 0 when every
 # access named in a hazard is in a cuBLAS kernel, 1 when one is anywhere else (ours, or a line
-# it cannot read), when hazards were counted but none named, when the tool reported an internal
+# it cannot read), when a shared-memory access was reported potentially invalid, when hazards
+# were counted but none named, when the tool reported an internal
 # error, or when the log has no racecheck summary (the run did not finish).
 set -u
 [ $# -eq 1 ] && [ -r "$1" ] || { echo "usage: scripts/racecheck_verdict.sh RACECHECK_LOG (a readable file)" >&2; exit 2; }

@@ -7,7 +7,6 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 name=tests/test_flash_trace.sh
 . tests/shell_test.sh
-has() { grep -qF -- "$2" "$1" || { echo "  expected in $1: $2"; false; }; }
 if ! command -v python3 > /dev/null; then
     echo "SKIP: no python3 (the script is Python)"; skipped=1; finish
 fi

@@ -13,7 +13,6 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 name=tests/test_step_scripts.sh
 . tests/shell_test.sh
-has() { grep -qF -- "$2" "$1" || { echo "  expected in $1: $2"; false; }; }
 if ! command -v python3 > /dev/null; then
     echo "SKIP: no python3 (the scripts are Python)"; skipped=1; finish
 fi
