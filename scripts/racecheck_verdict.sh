@@ -9,8 +9,8 @@
 # with --racecheck-report hazard, "Thread (x,y,z) at KERNEL+0x.."), then exits 0 when every
 # access named in a hazard is in a cuBLAS kernel, 1 when one is anywhere else (ours, or a line
 # it cannot read), when a shared-memory access was reported potentially invalid, when hazards
-# were counted but none named, when the tool reported an internal
-# error, or when the log has no racecheck summary (the run did not finish).
+# were counted but none named, when the tool reported an internal error, or when the log has no
+# racecheck summary (the run did not finish).
 set -u
 [ $# -eq 1 ] && [ -r "$1" ] || { echo "usage: scripts/racecheck_verdict.sh RACECHECK_LOG (a readable file)" >&2; exit 2; }
 log=$1
