@@ -409,7 +409,8 @@ constexpr size_t bwd_smem_bytes() {
            + 2 * 2 * BR * sizeof(float);                                      // lse, D
 }
 
-// Per (b, t, h), HS/8 threads: D[b,h,t] = sum_k dO[b,t,h,k] * O[b,t,h,k], dq_accum[b,t,h,:] = 0,
+// Per (b, t, h), HS/8 threads: D[b,h,t] = sum_k dO[b,t,h,k] * O[b,t,h,k], dq_accum[b,t,h,:] = 0
+// (dq_accum not null: the deterministic Hopper backward stores each tile's first part instead),
 // and for the Hopper backward lse2[b,h,t] = logsumexp[b,h,t] * log2(e). D and lse2 are rows of
 // Tpad (kFlashBwdRowPad multiple) floats per (b, h), zero past T; t runs to Tpad to write those.
 // The first n_flags threads also zero the Hopper backward's dQ order flags.
@@ -439,9 +440,11 @@ __global__ void flash_backward_prep_kernel(float *__restrict__ D, float *__restr
             const float2 af = __bfloat1622float2(a2[i]), of = __bfloat1622float2(o2[i]);
             sum = fmaf(af.x, of.x, fmaf(af.y, of.y, sum));
         }
-        float4 *acc = reinterpret_cast<float4 *>(dq_accum + row * HS + c * 8);
-        acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (dq_accum) {
+            float4 *acc = reinterpret_cast<float4 *>(dq_accum + row * HS + c * 8);
+            acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
     }
 #pragma unroll
     for (int off = TPR / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -768,9 +771,13 @@ void backward_launch(floatX *dqkv, void *scratch, const floatX *dout, const floa
     const BwdScratch sc = bwd_scratch(scratch, B, T, NH, HS);
     const int prep_threads = 256;
     const int padded_rows = B * sc.Tpad * NH;
+    // the deterministic Hopper backward writes every query tile's sums first with a store (its
+    // writer's comment): no zeros to write here, none for its first additions to read back
+    const bool zero_dq = !(hopper && deterministic_asked);
     flash_backward_prep_kernel<HS><<<ceil_div((long)padded_rows * (HS / 8), prep_threads),
                                      prep_threads, 0, cuda_stream>>>(
-        sc.D, hopper ? sc.lse2 : nullptr, sc.dq_accum, hopper ? sc.dq_flags : nullptr, sc.n_flags,
+        sc.D, hopper ? sc.lse2 : nullptr, zero_dq ? sc.dq_accum : nullptr,
+        hopper ? sc.dq_flags : nullptr, sc.n_flags,
         CBF(dout), CBF(out), logsumexp, T, sc.Tpad, NH, padded_rows);
     LAUNCH_CHECK();
 

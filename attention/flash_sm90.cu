@@ -412,7 +412,8 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 // P = exp2(S * scale*log2e - logsumexp*log2e) recomputed from Q, K and the forward's logsumexp,
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D) with D[q] = sum dO[q] O[q],
 //   dK = scale dS^T Q,  dQ = scale dS K
-// Three kernels: flash.cu's prep (D, logsumexp*log2e, zeroed dQ sums), this one, flash.cu's
+// Three kernels: flash.cu's prep (D, logsumexp*log2e; the dQ sums zeroed, except in the
+// deterministic mode, where each query tile's first key block stores its part), this one, flash.cu's
 // convert (the fp32 dQ sums, times scale, to bf16 in dqkv).
 //
 // ---- the tile picture: one work item = one key/value block of BC = 128 rows of one head ---------
@@ -431,7 +432,8 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //                   │ (2 buffers)   │ ──► dQ_i = dS K: consumer c computes 64 x 64 of it (SS, both
 //                   ├───────────────┤      operands transposed), -> shared memory, swizzled
 //                   │ dQ staging    │ ──► writer thread: TMA reduce-add into the fp32 dQ sums
-//                   │               │      (B, T, NH, HS); `deterministic`: in a fixed order;
+//                   │               │      (B, T, NH, HS); `deterministic`: in a fixed order,
+//                   │               │      a tile's first part stored (no zeroing beforehand);
 //                   └───────────────┘      at an item's end dK, dV, TMA-stored into dqkv
 //
 //   producer warpgroup (24 registers): thread 0 issues every load (K, V once; then the ring),
@@ -652,8 +654,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             }
             trace.flush(smem + S::TRACE_OFF);
         } else if (threadIdx.x == 32) {
-            // ---- writer: each step's two 64 x 64 dQ parts, reduce-added into the fp32 sums; at
-            // an item's end its dK, dV, stored into dqkv (`staged` counts the staging's uses)
+            // ---- writer: each step's two 64 x 64 dQ parts, reduce-added into the fp32 sums (stored
+            // by a tile's first key block in the deterministic mode); at an item's end its dK, dV,
+            // stored into dqkv (`staged` counts the staging's uses)
             Trace trace(smem + S::TRACE_OFF, 3);
             int staged = 0;
             for (int n = 0;; n++) {
@@ -664,6 +667,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 for (int step = 0; step < it.steps; step++, staged++) {
                     const int tile = it.first_tile + step, q0 = tile * BR;
                     uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
+                    bool first = false;   // the tile's first addition (deterministic): a store
                     if (DETERMINISTIC) {
                         // The tile's order: the key blocks of earlier groups (all of them reach
                         // this tile), then the group's, last first, as they were handed out, so
@@ -673,6 +677,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         // the tile: up to block tile * BR / BC.
                         const int reach = min(it.group_last, tile * BR / BC);
                         const uint32_t before = it.group_first + reach - it.kv_block;
+                        first = before == 0;
                         while (load_acquire(flag) != before) {
                         }
                         fence_proxy_async_global();
@@ -681,10 +686,14 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     for (int c = 0; c < 2; c++) {
                         mbar_wait(&dq_full[c], staged & 1);
                         if (c == 1) trace(kTrWFull, step);
-                        for (int x = 0; x < 2; x++)
-                            tma_reduce_add_4d(&dq_map,
-                                              base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
-                                              S::dq_col(c) + 32 * x, it.h, q0 + S::dq_row(c), it.b);
+                        for (int x = 0; x < 2; x++) {
+                            const uint32_t box = base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES;
+                            const int col = S::dq_col(c) + 32 * x, row = q0 + S::dq_row(c);
+                            // the first of a tile's key blocks stores: the sums need no zeroing
+                            // beforehand (the prep skips it), and no zeros are read back
+                            if (first) tma_store_4d(&dq_map, box, col, it.h, row, it.b);
+                            else tma_reduce_add_4d(&dq_map, box, col, it.h, row, it.b);
+                        }
                     }
                     tma_commit();
                     tma_wait_read();   // staging read: the consumers may write the next step's

@@ -22,7 +22,8 @@
 // between the epilogue's outputs and those of the GEMM plus separate kernels. Both should be
 // about 1e-2 or less (bf16). Inputs are random, scaled so that values stay O(1).
 //
-// Usage: gemm_algos [-k K] [-b B] [-r REPS]    defaults: K = 16, B = 64 (N = B*1024), REPS = 20
+// Usage: gemm_algos [-k K] [-b B] [-t T] [-r REPS]    defaults: K = 16, B = 64, T = 1024 (N = B*T),
+// REPS = 20. `-b 64 -t 1` gives a batch-64 decode step's GEMMs (N = 64 rows).
 #include "../runtime/cuda_common.cuh"
 #include "bench_common.cuh"   // random_tensor, fill_random, time_ms
 
@@ -34,8 +35,8 @@
 #include <type_traits>
 #include <vector>
 
-static int K = 16, B = 64;   // and bench_reps = 20 (-r), bench_warmup = 3
-static const int T = 1024, C = 768, L = 12, Vp = 50304;
+static int K = 16, B = 64, T = 1024;   // and bench_reps = 20 (-r), bench_warmup = 3
+static const int C = 768, L = 12, Vp = 50304;
 
 // ---- inputs and the separate kernels ------------------------------------------------------
 
@@ -454,7 +455,7 @@ static void bench_layer(const char *name, int in, int out, bool has_bias, int pe
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: gemm_algos [-k K candidates, 16] [-b B batch, 64] [-r REPS, 20]\n");
+    fprintf(stderr, "usage: gemm_algos [-k K candidates, 16] [-b B batch, 64] [-t T tokens a row, 1024] [-r REPS, 20]\n");
     exit(1);
 }
 
@@ -466,6 +467,7 @@ int main(int argc, char **argv) {
         if (v < 1) usage();
         if (!strcmp(argv[i], "-k")) K = v;
         else if (!strcmp(argv[i], "-b")) B = v;
+        else if (!strcmp(argv[i], "-t")) T = v;
         else if (!strcmp(argv[i], "-r")) bench_reps = v;
         else usage();
         i++;
