@@ -10,6 +10,7 @@
 
 #include "attention/attention.h"
 #include "runtime/comm.h"
+#include "runtime/graph.h"
 
 // ----------------------------------------------------------------------------------------
 // config
@@ -398,7 +399,10 @@ int gpt2_allocate_activations(GPT2 *model, int B, int T) {
             model->config.max_seq_len);
     if (model->acts_memory && B <= model->act_B && T <= model->act_T) return 0;
     int act_B = B > model->act_B ? B : model->act_B, act_T = T > model->act_T ? T : model->act_T;
-    // the old arena goes first, so that the new one may take its place
+    // the old arena goes first, so that the new one may take its place (with another layout:
+    // the training pass recorded on the old one goes too)
+    device_graph_free(model->pass_graph);
+    model->pass_graph = NULL;
     if (model->acts_memory) dev_free(model->acts_memory);
     model->acts_memory = NULL;
     size_t bytes[NUM_ACTIVATION_TENSORS], offsets[NUM_ACTIVATION_TENSORS];
@@ -483,17 +487,23 @@ static void block_forward(GPT2 *model, int l, const floatX *residual, LayerNormO
                                next.weight, next.bias, N, C);
 }
 
-static void forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss) {
+// the pass's activations for (B, T), then its tokens on the device (targets may be NULL)
+static void prepare_pass(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
     ensure_activations(model, B, T);
     model->last_B = B;
     model->last_T = T;
+    const int N = B * T, V = model->config.vocab_size;
+    upload_tokens(model->acts.inputs, inputs, N, V, "input");
+    if (targets) upload_tokens(model->acts.targets, targets, N, V, "target");   // before any kernel
+}
+
+// the forward's kernels on the uploaded tokens (prepare_pass), with the loss when has_targets
+static void forward_kernels(GPT2 *model, int has_targets, float dloss) {
     GPT2Config c = model->config;
+    int B = model->last_B, T = model->last_T;
     int L = c.num_layers, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, N = B * T;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    upload_tokens(a.inputs, inputs, N, V, "input");
-    if (targets) upload_tokens(a.targets, targets, N, V, "target");   // both before any kernel
-
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C);
     // layer 0's ln1; each later layernorm (ln1 of layer l + 1, then lnf) is made by block l
     // with the residual add before it
@@ -511,13 +521,14 @@ static void forward(GPT2 *model, const int *inputs, const int *targets, int B, i
         block_forward(model, l, residual, next);
     }
     matmul_forward(a.logits, a.lnf, p.wte, NULL, N, C, Vp);   // tied LM head
-    if (!targets) return;
+    if (!has_targets) return;
     crossentropy_forward_backward(a.logits, a.losses, a.targets, N, V, Vp, dloss);
     crossentropy_loss_mean(&model->loss[0], dloss != 0.0f ? &model->loss[1] : NULL, a.losses, N);
 }
 
 float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
-    forward(model, inputs, targets, B, T, 0.0f);
+    prepare_pass(model, inputs, targets, B, T);
+    forward_kernels(model, targets != NULL, 0.0f);
     return targets ? dev_read_float(&model->loss[0]) : -1.0f;
 }
 
@@ -591,11 +602,38 @@ static void backward(GPT2 *model) {
     encoder_backward(g.wte, g.wpe, a.encoder_scratch, a.dresidual, a.inputs, B, T, C);
 }
 
+typedef struct {
+    GPT2 *model;
+    float dloss;
+} TrainPass;
+
+static void train_pass_kernels(void *ctx) {
+    TrainPass *pass = (TrainPass *)ctx;
+    forward_kernels(pass->model, 1, pass->dloss);
+    backward(pass->model);
+}
+
+// A pass is some 450 kernels at d12 (1,300 at d36), each waiting on the one before: launched one
+// by one, the GPU idles between them for the launch's last steps (CUPTI: 1.2 ms of a d12 B=64
+// step, 2.2 ms of a d36 B=16 one, in some 1,200 gaps). The tokens go up first, outside; the
+// kernels are the same every micro-step (fixed buffers, the same arguments), so they are
+// recorded once (at the second pass: the first sets up cuBLASLt's plans and timings) and
+// replayed as one CUDA graph (runtime/graph.h; CUDA_GRAPHS=0 launches them one by one). A new
+// (B, T) or loss scale records a new one, and so does a new activation arena
+// (gpt2_allocate_activations drops the graph with the old one).
 void gpt2_forward_backward(GPT2 *model, const int *inputs, const int *targets, int B, int T,
                            float loss_scale) {
     if (!targets) die("internal error: gpt2_forward_backward without targets");
-    forward(model, inputs, targets, B, T, loss_scale / (float)(B * T));
-    backward(model);
+    prepare_pass(model, inputs, targets, B, T);
+    TrainPass pass = {model, loss_scale / (float)(B * T)};
+    if (model->graph_B != B || model->graph_T != T || model->graph_dloss != pass.dloss) {
+        device_graph_free(model->pass_graph);
+        model->pass_graph = NULL;
+        model->graph_B = B;
+        model->graph_T = T;
+        model->graph_dloss = pass.dloss;
+    }
+    device_graph_run(&model->pass_graph, train_pass_kernels, &pass);
 }
 
 float gpt2_loss_sum(const GPT2 *model) { return dev_read_float(&model->loss[1]); }
@@ -786,5 +824,6 @@ void gpt2_free(GPT2 *model) {
     if (model->grad_sumsq) dev_free(model->grad_sumsq);
     dev_free(model->loss);
     if (model->acts_memory) dev_free(model->acts_memory);
+    device_graph_free(model->pass_graph);
     memset(model, 0, sizeof(*model));
 }

@@ -121,6 +121,12 @@ typedef struct {
     int recompute;           // RECOMPUTE_NONE (0), _GELU (1) or _LAYERNORM (2)
     int act_B, act_T;        // the (B, T) the activations are sized for; 0 before the first pass
     int last_B, last_T;      // the (B, T) of the last forward pass
+    // a training pass (forward and backward of one micro-batch) recorded once and replayed
+    // (runtime/graph.h), for the (B, T) and loss scale below and the activation arena it was
+    // recorded on
+    struct DeviceGraph *pass_graph;
+    int graph_B, graph_T;
+    float graph_dloss;
 } GPT2;
 
 // Arenas (gpt2.c, used by gpt2_decode.c too): n tensors of bytes[i] bytes each in one
