@@ -58,6 +58,9 @@ stage_test() {
     run_logged "test_layers_gpu" $b/test_layers_gpu
     run_logged "test_attention_gpu" $b/test_attention_gpu
     run_logged "test_infer_gpu" $b/test_infer_gpu
+    # the training pass as a CUDA graph against kernel by kernel, with either attention
+    run_logged "test_train_gpu" $b/test_train_gpu
+    run_logged "test_train_gpu-naive" build/cuda-naive/tests/gpu/test_train_gpu
     run_logged "hf-infer-parity" env BUILD=build/cuda-flash CPU_BUILD=build/cpu-portable bash tests/gpu/hf_parity.sh
 }
 
