@@ -619,19 +619,23 @@ static void train_pass_kernels(void *ctx) {
 // kernels are the same every micro-step (fixed buffers, the same arguments), so they are
 // recorded once (at the second pass: the first sets up cuBLASLt's plans and timings) and
 // replayed as one CUDA graph (runtime/graph.h; CUDA_GRAPHS=0 launches them one by one). A new
-// (B, T) or loss scale records a new one, and so does a new activation arena
-// (gpt2_allocate_activations drops the graph with the old one).
+// (B, T), loss scale or attention order (attention_set_deterministic: the backward's kernels
+// differ) records a new one, and so does a new activation arena (gpt2_allocate_activations
+// drops the graph with the old one).
 void gpt2_forward_backward(GPT2 *model, const int *inputs, const int *targets, int B, int T,
                            float loss_scale) {
     if (!targets) die("internal error: gpt2_forward_backward without targets");
     prepare_pass(model, inputs, targets, B, T);
     TrainPass pass = {model, loss_scale / (float)(B * T)};
-    if (model->graph_B != B || model->graph_T != T || model->graph_dloss != pass.dloss) {
+    const int deterministic = attention_deterministic();
+    if (model->graph_B != B || model->graph_T != T || model->graph_dloss != pass.dloss ||
+        model->graph_deterministic != deterministic) {
         device_graph_free(model->pass_graph);
         model->pass_graph = NULL;
         model->graph_B = B;
         model->graph_T = T;
         model->graph_dloss = pass.dloss;
+        model->graph_deterministic = deterministic;
     }
     device_graph_run(&model->pass_graph, train_pass_kernels, &pass);
 }

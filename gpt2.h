@@ -122,10 +122,10 @@ typedef struct {
     int act_B, act_T;        // the (B, T) the activations are sized for; 0 before the first pass
     int last_B, last_T;      // the (B, T) of the last forward pass
     // a training pass (forward and backward of one micro-batch) recorded once and replayed
-    // (runtime/graph.h), for the (B, T) and loss scale below and the activation arena it was
-    // recorded on
+    // (runtime/graph.h), for the (B, T), loss scale and attention order below and the
+    // activation arena it was recorded on
     struct DeviceGraph *pass_graph;
-    int graph_B, graph_T;
+    int graph_B, graph_T, graph_deterministic;
     float graph_dloss;
 } GPT2;
 

@@ -373,7 +373,8 @@ __global__ void __launch_bounds__(kFwdThreads)
 //
 // Three kernels:
 //  1. prep: D = rowsum(dO * O) per (b, h, t) into scratch, and the fp32 dQ accumulator zeroed
-//     (for the Hopper main kernel also logsumexp * log2e, and its dQ order flags zeroed).
+//     (for the Hopper main kernel also logsumexp * log2e, and its dQ order flags zeroed; the
+//     deterministic Hopper kernel needs no zeroed accumulator: a tile's first part is stored).
 //  2. main (on Hopper flash_sm90.cu's, the same algorithm with wgmma and TMA reductions; here
 //     the mma.sync kernel of sm_80-89), key/value-outer: one block per (key/value tile of BC = 16*KV_WARPS rows, head);
 //     warp w owns key/value rows kv0 + 16w .. +15 and keeps their dK, dV accumulators (and, at
@@ -410,7 +411,8 @@ constexpr size_t bwd_smem_bytes() {
 }
 
 // Per (b, t, h), HS/8 threads: D[b,h,t] = sum_k dO[b,t,h,k] * O[b,t,h,k], dq_accum[b,t,h,:] = 0
-// (dq_accum not null: the deterministic Hopper backward stores each tile's first part instead),
+// where dq_accum is given (null for the deterministic Hopper backward, which stores each tile's
+// first part instead),
 // and for the Hopper backward lse2[b,h,t] = logsumexp[b,h,t] * log2(e). D and lse2 are rows of
 // Tpad (kFlashBwdRowPad multiple) floats per (b, h), zero past T; t runs to Tpad to write those.
 // The first n_flags threads also zero the Hopper backward's dQ order flags.

@@ -1055,8 +1055,12 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
 #if FLASH_SM90_TRACE
     // FLASH_TRACE=FILE: this launch's timeline (the last launch's is what stays in FILE):
     // int32 header {ctas, roles, head, events, HS, T, B, NH, items, deterministic}, then
-    // g_trace as it is (uint64)
-    if (const char *path = getenv("FLASH_TRACE")) {
+    // g_trace as it is (uint64). Not while a CUDA graph is being recorded (train_gpt2's
+    // passes: it waits for the stream; run those with CUDA_GRAPHS=0 to trace every pass).
+    cudaStreamCaptureStatus capturing;
+    CUDA_CHECK(cudaStreamIsCapturing(cuda_stream, &capturing));
+    const char *path = getenv("FLASH_TRACE");
+    if (path && capturing == cudaStreamCaptureStatusNone) {
         static unsigned long long host[kTraceCtas][kTraceRoles][kTraceHead + kTraceEvents];
         CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
         CUDA_CHECK(cudaMemcpyFromSymbol(host, g_trace, sizeof(host)));
