@@ -12,6 +12,11 @@
 #   cut kernel are layers of P calls each (a decode step's five fused calls), and a table gives
 #   each call of a layer its mean over the layers and steps, the activities after the last
 #   whole layer one by one
+#   --against OTHER.csv [--against-name NAME]: the same steps of another program's timeline (e.g.
+#   llm.c's), and a table of every kernel by name beside it, count and ms a step in each and the
+#   time a call of one over the other's (--top N rows, the largest first; default 30): where the
+#   two run the same kernel (cuBLAS's nvjet GEMMs), whether it runs as fast in both steps (one
+#   name may stand for other shapes in each program: compare counts before times)
 #
 # For each step: its wall time (from the end of the step before's last AdamW kernel to the end of
 # its own), the time some kernel ran, the time only copies or memsets ran, and the gaps where the
@@ -80,6 +85,35 @@ def short(name, n=60):
     return name if len(name) <= n else name[:n] + "..."
 
 
+def per_kernel(accs):
+    """{short name: (count a step, ms running a step)} over the steps' accounts"""
+    total = {}
+    for x in accs:
+        for k, v in x["names"].items():
+            t = total.setdefault(k, [0, 0])
+            t[0] += v[0]
+            t[1] += v[1]
+    return {k: (v[0] / len(accs), v[1] / len(accs) / 1e6) for k, v in total.items()}
+
+
+def against_table(accs, other, name, other_name, top):
+    """each kernel name of either timeline: count and ms a step in both, and a call's time
+    in the first over the second's where both run it"""
+    mine, theirs = per_kernel(accs), per_kernel(other)
+    rows = sorted(set(mine) | set(theirs), key=lambda k: -max(mine.get(k, (0, 0))[1],
+                                                               theirs.get(k, (0, 0))[1]))
+    print("| kernel (a step, as run) | %s count | %s ms | %s count | %s ms | ms a call, %s / %s |"
+          % (name, name, other_name, other_name, name, other_name))
+    print("|---|--:|--:|--:|--:|--:|")
+    for k in rows[:top]:
+        c1, m1 = mine.get(k, (0, 0))
+        c2, m2 = theirs.get(k, (0, 0))
+        ratio = "%.2f" % ((m1 / c1) / (m2 / c2)) if c1 and c2 and m2 else "-"
+        cell = lambda c, m: ("%.1f" % c, "%.2f" % m) if c else ("-", "-")
+        print("| %s | %s | %s | %s | %s | %s |" % ((k,) + cell(c1, m1) + cell(c2, m2) + (ratio,)))
+    print()
+
+
 def layer_calls(accs, period):
     """the activities after the cut kernel as layers of `period` calls: per call of a layer, its
     mean running time and critical path over layers and steps; then the rest one by one"""
@@ -108,16 +142,24 @@ def main():
     p.add_argument("--cut", default="")
     p.add_argument("--last", type=int, default=0)
     p.add_argument("--period", type=int, default=0)
+    p.add_argument("--against")
+    p.add_argument("--against-name", default="")
+    p.add_argument("--top", type=int, default=30)
     a = p.parse_args()
-    acts = read(a.csv)
-    windows = steps(acts, a.cut)
-    windows = windows[a.skip - 1:] if a.skip > 0 else windows
-    if a.last > 0:
-        windows = windows[-a.last:]
-    if not windows:
-        sys.exit("%s: fewer than %d %s in the timeline" % (
-            a.csv, a.skip + 1, "kernels named like '%s'" % a.cut if a.cut else "optimizer steps"))
-    accs = [account(acts, t0, t1) for t0, t1 in windows]
+
+    def accounts(path):
+        acts = read(path)
+        windows = steps(acts, a.cut)
+        windows = windows[a.skip - 1:] if a.skip > 0 else windows
+        if a.last > 0:
+            windows = windows[-a.last:]
+        if not windows:
+            sys.exit("%s: fewer than %d %s in the timeline" % (
+                path, a.skip + 1, "kernels named like '%s'" % a.cut if a.cut else "optimizer steps"))
+        return [account(acts, t0, t1) for t0, t1 in windows]
+
+    accs = accounts(a.csv)
+    other = accounts(a.against) if a.against else None
     ms = lambda key: sum(x[key] for x in accs) / len(accs) / 1e6
     print("### %s: GPU timeline of a step (CUPTI, as run), mean of %d steps" % (a.name or a.csv, len(accs)))
     print()
@@ -153,6 +195,8 @@ def main():
         print()
     if a.cut and a.period > 0:
         layer_calls(accs, a.period)
+    if other:
+        against_table(accs, other, a.name or "this", a.against_name or "other", a.top)
     last = accs[-1]
     print("Largest gaps of the last step (us: the activity before -> the one after):")
     print()

@@ -21,19 +21,25 @@ fi
 # 5 steps (so 3 measured after --skip 2), each: 20 x (layernorm 5 us, 2 us gap, GEMM 50 us,
 # 1 us gap), an upload of 3 us, a 97 us gap, then the optimizer: 3 AdamW kernels with a 1 us
 # memset between the first two (llm.c puts small work between them) and 0.5 us gaps.
-python3 - > "$tmp/tl.csv" <<'PY'
+# (GEMM_NS and LN in the environment: another program's timeline for --against.)
+made_up_timeline() {
+    python3 - <<'PY'
+import os
+gemm, ln = int(os.environ.get("GEMM_NS", 50000)), os.environ.get("LN", "_Z24layernorm_forward_kernelPf")
 print("kind,start_ns,end_ns,stream,name")
 t = 0
 for step in range(5):
     for k in range(20):
-        print(f'kernel,{t},{t + 5000},7,"_Z24layernorm_forward_kernelPf"'); t += 7000
-        print(f'kernel,{t},{t + 50000},7,"nvjet_sm90_tst_256x128"'); t += 51000
+        print(f'kernel,{t},{t + 5000},7,"{ln}"'); t += 7000
+        print(f'kernel,{t},{t + gemm},7,"nvjet_sm90_tst_256x128"'); t += 51000
     print(f"memcpy,{t},{t + 3000},7,HtoD 262144 bytes"); t += 100000
     for k in range(3):
         print(f'kernel,{t},{t + 2000},7,"_Z12adamw_kernelPf"'); t += 2500
         if k == 0:
             print(f"memset,{t},{t + 1000},7,64 bytes"); t += 1500
 PY
+}
+made_up_timeline > "$tmp/tl.csv"
 python3 scripts/timeline.py "$tmp/tl.csv" --name made-up > "$tmp/tl.md" 2> "$tmp/tl.err"
 check "timeline.py runs" test $? -eq 0
 # a step: 0.5 us after the last AdamW, 20 x 58 us, 100 us (upload + gap), 8.5 us of optimizer:
@@ -45,6 +51,19 @@ check "timeline: gaps" has "$tmp/tl.md" "| nothing running (gaps) | 0.16 | 12.5%
 check "timeline: groups" has "$tmp/tl.md" "| GEMMs | 1.00 |"
 check "timeline: layernorm group" has "$tmp/tl.md" "| layernorm | 0.10 |"
 check "timeline: the largest gap named" has "$tmp/tl.md" "- 97.0: HtoD 262144 bytes -> _Z12adamw_kernelPf"
+# --against: the same steps with the GEMM 10% faster (45 us a call) and another layernorm kernel
+GEMM_NS=45000 LN=_Z18layernorm_kernel2Pf made_up_timeline > "$tmp/tl2.csv"
+python3 scripts/timeline.py "$tmp/tl.csv" --name ours --against "$tmp/tl2.csv" --against-name other \
+    > "$tmp/vs.md" 2> "$tmp/vs.err"
+check "timeline --against runs" test $? -eq 0
+check "timeline --against: the header" has "$tmp/vs.md" \
+    "| kernel (a step, as run) | ours count | ours ms | other count | other ms | ms a call, ours / other |"
+check "timeline --against: a kernel of both, 50 against 45 us a call" has "$tmp/vs.md" \
+    "| nvjet_sm90_tst_256x128 | 20.0 | 1.00 | 20.0 | 0.90 | 1.11 |"
+check "timeline --against: a kernel of one" has "$tmp/vs.md" \
+    "| _Z24layernorm_forward_kernelPf | 20.0 | 0.10 | - | - | - |"
+check "timeline --against: the other's own" has "$tmp/vs.md" \
+    "| _Z18layernorm_kernel2Pf | - | - | 20.0 | 0.10 | - |"
 head -n 8 "$tmp/tl.csv" > "$tmp/short.csv"
 python3 scripts/timeline.py "$tmp/short.csv" > /dev/null 2> "$tmp/short.err"
 check "timeline: too few steps is an error" test $? -ne 0
