@@ -86,28 +86,30 @@ def short(name, n=60):
 
 
 def per_kernel(accs):
-    """{short name: (count a step, ms running a step)} over the steps' accounts"""
+    """{short name: (count, ns running, ns on the critical path)}, each the mean a step"""
     total = {}
     for x in accs:
         for k, v in x["names"].items():
-            t = total.setdefault(k, [0, 0])
-            t[0] += v[0]
-            t[1] += v[1]
-    return {k: (v[0] / len(accs), v[1] / len(accs) / 1e6) for k, v in total.items()}
+            t = total.setdefault(k, [0, 0, 0])
+            for i in range(3):
+                t[i] += v[i]
+    return {k: tuple(x / len(accs) for x in v) for k, v in total.items()}
 
 
 def against_table(accs, other, name, other_name, top):
     """each kernel name of either timeline: count and ms a step in both, and a call's time
     in the first over the second's where both run it"""
     mine, theirs = per_kernel(accs), per_kernel(other)
-    rows = sorted(set(mine) | set(theirs), key=lambda k: -max(mine.get(k, (0, 0))[1],
-                                                               theirs.get(k, (0, 0))[1]))
+    none = (0, 0, 0)
+    rows = sorted(set(mine) | set(theirs), key=lambda k: -max(mine.get(k, none)[1],
+                                                               theirs.get(k, none)[1]))
     print("| kernel (a step, as run) | %s count | %s ms | %s count | %s ms | ms a call, %s / %s |"
           % (name, name, other_name, other_name, name, other_name))
     print("|---|--:|--:|--:|--:|--:|")
     for k in rows[:top]:
-        c1, m1 = mine.get(k, (0, 0))
-        c2, m2 = theirs.get(k, (0, 0))
+        c1, m1 = mine.get(k, none)[:2]
+        c2, m2 = theirs.get(k, none)[:2]
+        m1, m2 = m1 / 1e6, m2 / 1e6
         ratio = "%.2f" % ((m1 / c1) / (m2 / c2)) if c1 and c2 and m2 else "-"
         cell = lambda c, m: ("%.1f" % c, "%.2f" % m) if c else ("-", "-")
         print("| %s | %s | %s | %s | %s | %s |" % ((k,) + cell(c1, m1) + cell(c2, m2) + (ratio,)))
@@ -181,17 +183,10 @@ def main():
             print("| %s | %.2f |" % (g, v))
     print()
     if a.cut:
-        total = {}
-        for x in accs:
-            for k, v in x["names"].items():
-                t = total.setdefault(k, [0, 0, 0])
-                for i in range(3):
-                    t[i] += v[i]
         print("| kernel (a step) | count | us running | us on the critical path |")
         print("|---|--:|--:|--:|")
-        for k, v in sorted(total.items(), key=lambda kv: -kv[1][2]):
-            print("| %s | %.1f | %.1f | %.1f |" % (k, v[0] / len(accs), v[1] / len(accs) / 1e3,
-                                                 v[2] / len(accs) / 1e3))
+        for k, v in sorted(per_kernel(accs).items(), key=lambda kv: -kv[1][2]):
+            print("| %s | %.1f | %.1f | %.1f |" % (k, v[0], v[1] / 1e3, v[2] / 1e3))
         print()
     if a.cut and a.period > 0:
         layer_calls(accs, a.period)

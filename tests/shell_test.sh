@@ -1,7 +1,7 @@
 # tests/shell_test.sh: what the shell tests share, sourced once they have set `name`: the counts,
-# check, has, a temporary folder $tmp (removed at exit unless KEEP_TMP is set), and finish, which
-# prints the line tests/run_tests.sh adds up ("NAME: N passed, N failed, N skipped") and exits
-# non-zero when a check failed.
+# check, has, need_python3, a temporary folder $tmp (removed at exit unless KEEP_TMP is set),
+# and finish, which prints the line tests/run_tests.sh adds up ("NAME: N passed, N failed, N
+# skipped") and exits non-zero when a check failed.
 passed=0; failed=0; skipped=0
 check() {   # check DESCRIPTION COMMAND...: passes when COMMAND succeeds
     local what=$1; shift
@@ -14,6 +14,10 @@ finish() {
     echo "$name: $passed passed, $failed failed, $skipped skipped"
     [ "$failed" -eq 0 ]
     exit
+}
+need_python3() {   # need_python3 WHAT: without python3, the whole test is one skip (WHAT is Python)
+    command -v python3 > /dev/null && return
+    echo "SKIP: no python3 ($1 is Python)"; skipped=1; finish
 }
 tmp=$(mktemp -d)
 trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT

@@ -7,9 +7,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 name=tests/test_flash_trace.sh
 . tests/shell_test.sh
-if ! command -v python3 > /dev/null; then
-    echo "SKIP: no python3 (the script is Python)"; skipped=1; finish
-fi
+need_python3 "scripts/flash_trace.py"
 
 # the file attention/flash_sm90.cu writes: int32 {ctas, roles, head, events, HS, T, B, NH, items,
 # deterministic}, then uint64 [ctas][roles][head + events]: count, globaltimer and clock64 at

@@ -13,9 +13,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 name=tests/test_step_scripts.sh
 . tests/shell_test.sh
-if ! command -v python3 > /dev/null; then
-    echo "SKIP: no python3 (the scripts are Python)"; skipped=1; finish
-fi
+need_python3 "timeline.py, step_account.py"
 
 # ---- timeline.py ------------------------------------------------------------------------------
 # 5 steps (so 3 measured after --skip 2), each: 20 x (layernorm 5 us, 2 us gap, GEMM 50 us,
