@@ -558,11 +558,10 @@ static void block_backward(GPT2 *model, int l, const floatX *residual) {
     // MLP block
     if (recomputed(model, ACT_fch_gelu)) gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
     // (fcprojb's gradient, the column sums of dresidual, came with the layernorm backward
-    // before this block: lnf's or layer l+1's ln1; fcb's comes with the GELU backward's pass,
+    // before this block: lnf's or layer l+1's ln1; fcb's comes with the GELU's backward,
     // attprojb's with ln2's)
-    matmul_backward(a.scratch_4c, dw.fcprojw, NULL, mm, a.dresidual, x.fch_gelu, w.fcprojw, N,
-                    4 * C, C);
-    gelu_backward(a.scratch_4c, dw.fcb, mm, x.fch, a.scratch_4c, N, 4 * C);
+    matmul_gelu_backward(a.scratch_4c, dw.fcb, dw.fcprojw, mm, a.dresidual, x.fch_gelu, x.fch,
+                         w.fcprojw, N, 4 * C, C);
     if (recomputed(model, ACT_ln2))
         layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
     matmul_backward(a.scratch_c, dw.fcw, NULL, mm, a.scratch_4c, x.ln2, w.fcw, N, C, 4 * C);

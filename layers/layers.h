@@ -97,6 +97,15 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch
 // residual_forward's).
 void matmul_forward_epilogue(floatX *out, floatX *pre, const floatX *inp, const floatX *weight,
                              const floatX *bias, int N, int C, int OC, int gelu, int add);
+// Training's fc projection backward with the GELU's before it (its input out = gelu(pre)):
+// dpre (N,C) = gelu'(pre) * (dout @ weight), dbias (C) += colsum(dpre) (the fc layer's bias),
+// dweight (OC,C) += dout^T @ out. pre, out (N,C), dout (N,OC), weight (OC,C).
+// CPU: matmul_backward then gelu_backward. CUDA: the GELU's derivative in the dinp GEMM's
+// epilogue (cuBLASLt's formula: not gelu_backward's bits), the column sums apart.
+// scratch: matmul_backward_scratch_size(N, C) bytes
+void matmul_gelu_backward(floatX *dpre, floatX *dbias, floatX *dweight, void *scratch,
+                          const floatX *dout, const floatX *out, const floatX *pre,
+                          const floatX *weight, int N, int C, int OC);
 
 // GELU, tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 // out (n), inp (n)

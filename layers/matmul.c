@@ -172,3 +172,10 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch
     block_matmul(dweight, (size_t)C, dout_t, inp_view, NULL, OC, C, N, 1);
     if (dbias) column_sums_add(dbias, dout, N, OC);
 }
+
+void matmul_gelu_backward(floatX *dpre, floatX *dbias, floatX *dweight, void *scratch,
+                          const floatX *dout, const floatX *out, const floatX *pre,
+                          const floatX *weight, int N, int C, int OC) {
+    matmul_backward(dpre, dweight, NULL, scratch, dout, out, weight, N, C, OC);
+    gelu_backward(dpre, dbias, scratch, pre, dpre, N, C);
+}

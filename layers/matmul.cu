@@ -31,7 +31,7 @@ enum { TUNE_CANDIDATES = 8, TUNE_REPS = 5 };
 typedef struct {
     cublasOperation_t transa, transb;
     int m, n, k, lda, ldb, ldd;
-    int has_bias, accumulate, gelu;
+    int has_bias, accumulate, gelu;   // gelu: an Epi (below)
     int align_a, align_b, align_d;   // bytes the pointers are aligned to (up to 256)
     int tune;                        // MATMUL_TUNE when the plan was made (0, 1, 2)
     cublasLtMatmulDesc_t desc;
@@ -54,6 +54,12 @@ static int pointer_alignment(const void *p) {
     while (align > 1 && ((uintptr_t)p % align) != 0) align /= 2;
     return align;
 }
+
+// What the epilogue does to the product (gelu in get_plan and MatmulPlan), after the bias:
+//   EPI_GELU    GELU of it (cuBLASLt's formula, of the fp32 sum)
+//   EPI_DGELU   times gelu'(aux), aux (m,n) bf16 with D's leading dimension: the GELU's input
+//               kept by the forward, so that D is the gradient before the GELU
+enum Epi { EPI_NONE = 0, EPI_GELU = 1, EPI_DGELU = 2 };
 
 static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                             int k, int lda, int ldb, int ldd, int has_bias, int accumulate,
@@ -91,10 +97,21 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
                                                 sizeof(transa)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb,
                                                 sizeof(transb)));
-    cublasLtEpilogue_t epilogue = has_bias ? (gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                           : (gelu ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT);
+    if (gelu == EPI_DGELU && has_bias) die("internal error: no bias with the GELU's gradient");
+    const cublasLtEpilogue_t epilogue =
+        gelu == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+        : has_bias        ? (gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                          : (gelu ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT);
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                 sizeof(epilogue)));
+    if (gelu == EPI_DGELU) {
+        const cudaDataType_t aux_type = CUDA_R_16BF;
+        const int64_t aux_ld = ldd;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                                    &aux_type, sizeof(aux_type)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &aux_ld, sizeof(aux_ld)));
+    }
     if (has_bias) {
         cudaDataType_t bias_type = CUDA_R_16BF;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
@@ -232,32 +249,46 @@ __global__ void bias_gelu_kernel(bf16 *D, const bf16 *bias, int m, int n, int ld
 }
 
 // D (m,n) = [gelu of] op(A) @ op(B) [+ bias over rows of D] [+ D], column-major, bf16, fp32
-// accumulation, one rounding (GELU: cuBLASLt's, of the fp32 sum)
-static void lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+// accumulation, one rounding (GELU: cuBLASLt's, of the fp32 sum). With epi EPI_DGELU (and aux:
+// the GELU's input, (m,n) with leading dimension ldd), D = gelu'(aux) * op(A) @ op(B). Returns
+// false where the DGELU was not applied: cuBLASLt had no algorithm for the shape, D is the
+// plain product (cublasGemmEx), and the caller applies the GELU's backward itself.
+static bool lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                       const floatX *A, int lda, const floatX *B, int ldb, floatX *D, int ldd,
-                      const floatX *bias, int accumulate, int gelu = 0) {
+                      const floatX *bias, int accumulate, int epi = EPI_NONE,
+                      const floatX *aux = NULL) {
+    if ((epi == EPI_DGELU) != (aux != NULL)) die("internal error: lt_matmul's DGELU needs aux");
+    const int align_d = aux && pointer_alignment(aux) < pointer_alignment(D) ? pointer_alignment(aux)
+                                                                            : pointer_alignment(D);
     MatmulPlan *p = get_plan(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, accumulate,
-                             gelu, pointer_alignment(A), pointer_alignment(B), pointer_alignment(D));
+                             epi, pointer_alignment(A), pointer_alignment(B), align_d);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     // the bias epilogue needs a 16-byte aligned bias; without one, the bias goes apart too
     if (p->use_gemm_ex || (bias && !is_aligned16(bias))) {
         CUBLAS_CHECK(cublasGemmEx(cublas_handle, transa, transb, m, n, k, &alpha, A, CUDA_R_16BF,
                                   lda, B, CUDA_R_16BF, ldb, &beta, D, CUDA_R_16BF, ldd,
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        if (bias || gelu) {
-            bias_gelu_kernel<<<ceil_div((long)m * n, 256), 256, 0, cuda_stream>>>(BF(D), CBF(bias), m, n, ldd, gelu);
+        if (epi == EPI_DGELU) return false;
+        if (bias || epi == EPI_GELU) {
+            bias_gelu_kernel<<<ceil_div((long)m * n, 256), 256, 0, cuda_stream>>>(BF(D), CBF(bias), m, n, ldd,
+                                                                              epi == EPI_GELU);
             LAUNCH_CHECK();
         }
-        return;
+        return true;
     }
     if (bias) {
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &bias, sizeof(bias)));
     }
+    if (aux) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                    &aux, sizeof(aux)));
+    }
     if (!p->tuned) tune_plan(p, A, B, D, &alpha, &beta);
     CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle, p->desc, &alpha, A, p->a_layout, B, p->b_layout,
                                 &beta, D, p->d_layout, D, p->d_layout, &p->algo,
                                 cublaslt_workspace, cublaslt_workspace_size, cuda_stream));
+    return true;
 }
 
 void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const floatX *bias,
@@ -273,7 +304,8 @@ void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const 
 void matmul_forward_epilogue(floatX *out, floatX *pre, const floatX *inp, const floatX *weight,
                              const floatX *bias, int N, int C, int OC, int gelu, int add) {
     if (gelu && add) die("matmul_forward_epilogue: GELU or the add, not both");
-    lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, bias, add, gelu);
+    lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, bias, add,
+              gelu ? EPI_GELU : EPI_NONE);
 }
 
 // partial column sums of dbias (column_sums.cuh)
@@ -292,4 +324,21 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch
     if (!dbias) return;
     // dbias (OC) += colsum(dout (N,OC)), in a fixed order
     column_sums(BF(dbias), (float *)scratch, StoredRows{CBF(dout), OC}, N, OC, is_aligned16(dout));
+}
+
+// layers.h: the fc projection's backward and the GELU's before it. The GELU's derivative is
+// taken in the dinp GEMM's epilogue (cuBLASLt's DGELU, aux = pre): one pass less over the
+// (N, C) gradient than the GEMM then gelu_backward. cuBLASLt has no DGELU with the bias
+// gradient (DGELU_BGRAD) for bf16 with an fp32 gradient on the shapes tried (docs/PERF.md, eleventh session), so the
+// column sums go apart, over the stored dpre, as matmul_backward's dbias does.
+void matmul_gelu_backward(floatX *dpre, floatX *dbias, floatX *dweight, void *scratch,
+                          const floatX *dout, const floatX *out, const floatX *pre,
+                          const floatX *weight, int N, int C, int OC) {
+    // dpre^T (C,N) = gelu'(pre^T) * (weight^T (C,OC) @ dout^T (OC,N))
+    const bool fused = lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dpre, C,
+                                 NULL, 0, EPI_DGELU, pre);
+    // dweight^T (C,OC) += out^T (C,N) @ dout (N,OC)
+    lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, out, C, dout, OC, dweight, C, NULL, 1);
+    if (!fused) gelu_backward(dpre, dbias, scratch, pre, dpre, N, C);
+    else column_sums(BF(dbias), (float *)scratch, StoredRows{CBF(dpre), C}, N, C, is_aligned16(dpre));
 }

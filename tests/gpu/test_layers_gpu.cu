@@ -542,6 +542,52 @@ static void test_matmul_tuned(int N, int C, int OC) {
     }
 }
 
+// Training's fc projection backward with the GELU's (matmul_gelu_backward): against the CPU's
+// matmul_backward then gelu_backward, and a second call the same bits
+static void test_matmul_gelu_backward_case(int N, int C, int OC) {
+    const size_t nc = (size_t)N * C, no = (size_t)N * OC, oc = (size_t)OC * C;
+    float *pre = host_random(nc, 2.0f), *out = host_alloc(nc), *weight = host_random(oc, 1.0f);
+    float *dout = host_random(no, 1.0f), *dweight0 = host_random(oc, 1.0f);
+    float *dbias0 = host_random(C, 1.0f);
+    float *dpre = host_alloc(nc), *dweight = host_copy(dweight0, oc), *dbias = host_copy(dbias0, C);
+    // the CPU reference: gelu of the bf16 pre (as the GPU reads it), then the two layers
+    floatX *d_pre = dev_bf16(pre, nc);
+    float *pre_bf16 = get_bf16(d_pre, nc);
+    cpu_gelu_forward(out, pre_bf16, nc);
+    cpu_matmul_backward(dpre, dweight, NULL, NULL, dout, out, weight, N, C, OC);
+    cpu_gelu_backward(dpre, dbias, NULL, pre_bf16, dpre, N, C);
+    floatX *d_out = dev_bf16(out, nc), *d_weight = dev_bf16(weight, oc), *d_dout = dev_bf16(dout, no);
+    floatX *d_dpre = dev_bf16(NULL, nc), *d_dweight = dev_bf16(NULL, oc), *d_dbias = dev_bf16(NULL, C);
+    const size_t scratch_bytes = matmul_backward_scratch_size(N, C);
+    void *d_scratch = dev_malloc(scratch_bytes, "test scratch");
+    printf("  matmul + GELU backward N=%d C=%d OC=%d\n", N, C, OC);
+    float *got[2][3];
+    for (int run = 0; run < 2; run++) {
+        poison(d_dpre, nc * sizeof(floatX));
+        poison(d_scratch, scratch_bytes);
+        floatX_upload(d_dweight, dweight0, oc);
+        floatX_upload(d_dbias, dbias0, C);
+        matmul_gelu_backward(d_dpre, d_dbias, d_dweight, d_scratch, d_dout, d_out, d_pre,
+                             d_weight, N, C, OC);
+        got[run][0] = get_bf16(d_dpre, nc);
+        got[run][1] = get_bf16(d_dweight, oc);
+        got[run][2] = get_bf16(d_dbias, C);
+    }
+    expect_close("dpre (=)", got[0][0], dpre, nc, BF16_TOL);
+    expect_close("dweight (+=)", got[0][1], dweight, oc, BF16_TOL);
+    expect_close("dbias (+=)", got[0][2], dbias, C, BF16_TOL);
+    expect_identical("dpre, called again", got[1][0], got[0][0], nc);
+    expect_identical("dweight, called again", got[1][1], got[0][1], oc);
+    expect_identical("dbias, called again", got[1][2], got[0][2], C);
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 3; k++) free(got[r][k]);
+    dev_free(d_scratch);
+    dev_free(d_pre); dev_free(d_out); dev_free(d_weight); dev_free(d_dout); dev_free(d_dpre);
+    dev_free(d_dweight); dev_free(d_dbias);
+    free(pre); free(pre_bf16); free(out); free(weight); free(dout); free(dweight0); free(dbias0);
+    free(dpre); free(dweight); free(dbias);
+}
+
 static void test_matmul(void) {
     test_matmul_case(37, 768, 2304, true);   // qkv
     test_matmul_case(128, 768, 768, true);   // attention projection
@@ -554,6 +600,9 @@ static void test_matmul(void) {
     test_matmul_case(33, 36, 20, true);      // rows not 16-byte multiples: cuBLASLt's slow paths
     test_matmul_tuned(4096, 768, 3072);      // fc at B=4: both products above the tuning size
     test_matmul_tuned(4096, 3072, 768);      // fc projection
+    test_matmul_gelu_backward_case(300, 3072, 768);    // the fc projection's shape
+    test_matmul_gelu_backward_case(4096, 3072, 768);   // above the tuning size
+    test_matmul_gelu_backward_case(33, 40, 24);        // odd rows: cuBLASLt's slow paths or none
 }
 
 // ----------------------------------------------------------------------------------------

@@ -1,0 +1,223 @@
+// grid_sync.cu: what a dependency between two phases of a decode step costs on this GPU, the
+// number that decides between a chain of kernels and one persistent kernel (issue 20;
+// docs/PERF.md, "Persistent decode kernel": the first persistent step lost, its grid barrier
+// measured about 6 us a phase against 4 for a kernel boundary under PDL).
+//
+// Every form runs PHASES phases of the same work: each block writes one value, then (after the
+// dependency) reads every block's value of the phase before and sums them, as a GEMV phase
+// reads the whole vector the phase before wrote. Reported: us a phase, the mean over PHASES.
+//   kernels, PDL     one kernel a phase, launched with programmatic dependent launch, recorded
+//                    in a CUDA graph (the decode step's way today)
+//   kernels          the same without PDL
+//   persistent, X    one kernel, its blocks meeting at a grid barrier between phases, barrier X:
+//     none           no barrier at all (the loop's own cost; reads whatever is there)
+//     counter        one arrival counter; thread 0 of each block adds (release) and spins on
+//                    an acquire load until it reaches the phase's target
+//     counter+sleep  the same, with __nanosleep(32) between polls (less traffic on the line)
+//     tree           16 group counters; the last arrival of each group adds to the top one
+//     flags          one flag per block, stored (release) with the phase number; warp 0 of
+//                    each block polls all of them (acquire) until each has reached the phase
+//     cg             cooperative_groups::this_grid().sync() (a cooperative launch)
+// usage: grid_sync [BLOCKS_PER_SM (1)] [PHASES (2000)]
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+namespace cg = cooperative_groups;
+
+#define CHECK(x)                                                                          \
+    do {                                                                                  \
+        cudaError_t e = (x);                                                              \
+        if (e != cudaSuccess) {                                                           \
+            fprintf(stderr, "grid_sync: %s: %s (line %d)\n", #x, cudaGetErrorString(e),    \
+                    __LINE__);                                                            \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+enum { THREADS = 128, GROUPS = 16 };
+enum Barrier { B_NONE, B_COUNTER, B_COUNTER_SLEEP, B_TREE, B_FLAGS, B_CG, B_COUNT };
+static const char *barrier_names[B_COUNT] = {"none", "counter", "counter+sleep", "tree", "flags", "cg"};
+
+__device__ __forceinline__ void red_release(unsigned *p, unsigned v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned atom_acq_rel(unsigned *p, unsigned v) {
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release(unsigned *p, unsigned v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// the phase's work: write this block's value, read all of the phase before's
+__device__ __forceinline__ float phase_work(float *data, int phase, float acc) {
+    const int nb = gridDim.x;
+    const float *prev = data + (size_t)((phase + 1) & 1) * nb;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) s += __ldcg(prev + i);
+    for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x == 0) __stcg(data + (size_t)(phase & 1) * nb + blockIdx.x, acc + s * 1e-9f + 1.0f);
+    return acc + s;
+}
+
+// sync[0]: the counter (or the tree's top), sync[1..GROUPS]: the tree's groups, flags: nb
+template <int KIND>
+__global__ void __launch_bounds__(THREADS) persistent(float *data, unsigned *sync, unsigned *flags,
+                                                      int phases, float *sink) {
+    const unsigned nb = gridDim.x;
+    float acc = 0.0f;
+    for (int phase = 0; phase < phases; phase++) {
+        acc = phase_work(data, phase, acc);
+        const unsigned target = (unsigned)(phase + 1);
+        if (KIND == B_CG) {
+            cg::this_grid().sync();
+        } else if (KIND == B_FLAGS) {
+            __syncthreads();
+            if (threadIdx.x == 0) st_release(flags + blockIdx.x, target);
+            if (threadIdx.x < 32) {
+                bool done;
+                do {
+                    done = true;
+                    for (unsigned i = threadIdx.x; i < nb; i += 32) done &= ld_acquire(flags + i) >= target;
+                } while (!__all_sync(0xffffffffu, done));
+            }
+            __syncthreads();
+        } else if (KIND != B_NONE) {
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                if (KIND == B_TREE) {
+                    const unsigned g = blockIdx.x % GROUPS;
+                    const unsigned size = nb / GROUPS + (g < nb % GROUPS ? 1 : 0);
+                    const unsigned old = atom_acq_rel(sync + 1 + g, 1);
+                    if (old + 1 == target * size) red_release(sync, 1);
+                    while (ld_acquire(sync) < target * GROUPS) {
+                    }
+                } else {
+                    red_release(sync, 1);
+                    while (ld_acquire(sync) < target * nb) {
+                        if (KIND == B_COUNTER_SLEEP) __nanosleep(32);
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    if (threadIdx.x == 0 && acc == -1.0f) *sink = acc;   // keep the work
+}
+
+// one phase as a kernel of its own
+__global__ void __launch_bounds__(THREADS) one_phase(float *data, int phase) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    phase_work(data, phase, 0.0f);
+}
+
+static float time_persistent(int kind, int blocks, int phases, float *data, unsigned *sync,
+                             unsigned *flags, float *sink, cudaStream_t stream) {
+    static void (*const kernels[B_COUNT])(float *, unsigned *, unsigned *, int, float *) = {
+        persistent<B_NONE>, persistent<B_COUNTER>, persistent<B_COUNTER_SLEEP>,
+        persistent<B_TREE>, persistent<B_FLAGS>, persistent<B_CG>};
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    float best = 1e30f;
+    for (int rep = 0; rep < 3; rep++) {
+        CHECK(cudaMemsetAsync(sync, 0, (1 + GROUPS) * sizeof(unsigned), stream));
+        CHECK(cudaMemsetAsync(flags, 0, blocks * sizeof(unsigned), stream));
+        CHECK(cudaEventRecord(start, stream));
+        void *args[] = {&data, &sync, &flags, &phases, &sink};
+        if (kind == B_CG)
+            CHECK(cudaLaunchCooperativeKernel((void *)kernels[kind], blocks, THREADS, args, 0, stream));
+        else
+            CHECK(cudaLaunchKernel((void *)kernels[kind], blocks, THREADS, args, 0, stream));
+        CHECK(cudaEventRecord(stop, stream));
+        CHECK(cudaEventSynchronize(stop));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (ms < best) best = ms;
+    }
+    CHECK(cudaEventDestroy(start));
+    CHECK(cudaEventDestroy(stop));
+    return best * 1000.0f / phases;
+}
+
+static float time_kernels(bool pdl, int blocks, int phases, float *data, cudaStream_t stream) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    for (int phase = 0; phase < phases; phase++) {
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = blocks;
+        config.blockDim = THREADS;
+        config.stream = stream;
+        config.attrs = &attr;
+        config.numAttrs = 1;
+        CHECK(cudaLaunchKernelEx(&config, one_phase, data, phase));
+    }
+    CHECK(cudaStreamEndCapture(stream, &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    float best = 1e30f;
+    for (int rep = 0; rep < 3; rep++) {
+        CHECK(cudaEventRecord(start, stream));
+        CHECK(cudaGraphLaunch(exec, stream));
+        CHECK(cudaEventRecord(stop, stream));
+        CHECK(cudaEventSynchronize(stop));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (ms < best) best = ms;
+    }
+    CHECK(cudaEventDestroy(start));
+    CHECK(cudaEventDestroy(stop));
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    return best * 1000.0f / phases;
+}
+
+int main(int argc, char **argv) {
+    const int per_sm = argc > 1 ? atoi(argv[1]) : 1;
+    const int phases = argc > 2 ? atoi(argv[2]) : 2000;
+    if (per_sm < 1 || per_sm > 8 || phases < 1) {
+        fprintf(stderr, "usage: grid_sync [BLOCKS_PER_SM 1..8] [PHASES >= 1]\n");
+        return 2;
+    }
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("SKIP: no GPU\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    const int blocks = prop.multiProcessorCount * per_sm;
+    float *data, *sink;
+    unsigned *sync, *flags;
+    CHECK(cudaMalloc(&data, 2 * blocks * sizeof(float)));
+    CHECK(cudaMalloc(&sink, sizeof(float)));
+    CHECK(cudaMalloc(&sync, (1 + GROUPS) * sizeof(unsigned)));
+    CHECK(cudaMalloc(&flags, blocks * sizeof(unsigned)));
+    CHECK(cudaMemset(data, 0, 2 * blocks * sizeof(float)));
+    cudaStream_t stream;
+    CHECK(cudaStreamCreate(&stream));
+    printf("%s, %d blocks of %d threads (%d an SM), %d phases: us a phase\n", prop.name, blocks,
+           THREADS, per_sm, phases);
+    printf("| form | us a phase |\n|---|--:|\n");
+    printf("| kernels, PDL, graph | %.3f |\n", time_kernels(true, blocks, phases, data, stream));
+    printf("| kernels, graph | %.3f |\n", time_kernels(false, blocks, phases, data, stream));
+    for (int kind = 0; kind < B_COUNT; kind++)
+        printf("| persistent, %s | %.3f |\n", barrier_names[kind],
+               time_persistent(kind, blocks, phases, data, sync, flags, sink, stream));
+    return 0;
+}
