@@ -212,14 +212,28 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBC / 2], float (&m)[2
 }
 
 // ================================================================================================
-// The kernel. Work items: (query tiles) x (B*NH), numbered the last query tiles of every head
-// (the most key tiles under the causal mask) first, so that the short ones fill the tail. One CTA
-// per SM (shared memory and registers both allow only one). CTA i takes items i, i + gridDim.x,
-// i + 2 gridDim.x, ...: with a grid of one CTA per item each does one; with one CTA per SM
-// (persistent, forward_launch at short T) each does several, and the next item's Q and first
-// K, V tiles load while the consumers finish the last item's tiles and write its O. At T=1,024 an
-// item is 4.5 key/value tiles on average, and a CTA's start and end, unoverlapped, weigh most.
+// The kernel. Work items: (query tiles) x (B*NH). One CTA per SM (shared memory and registers
+// both allow only one).
+// - A grid of one CTA per item (long T): CTA i does item i. Items are numbered the last query
+//   tiles of every head (the most key tiles under the causal mask) first, so that the short ones
+//   fill the tail.
+// - A grid of one CTA per SM (persistent, forward_launch at short T): CTA i starts with item i
+//   and takes each next one from a counter (g_fwd_items), so that the CTAs run the items in
+//   their order, whatever their lengths. Items are numbered head by head, a head's query tiles
+//   in a row, the last first: the ~132 items in flight then cover ~16 heads (T = 1,024), whose
+//   keys and values stay in L2 while each is read by all of the head's query tiles. (In the
+//   other order, with the many heads of a training step, 768 at d12 B=64, a head's next query
+//   tile came 768 items later, after its K, V had left L2: ncu measured the forward's DRAM reads
+//   at 99% of the no-reuse count, 1.34 GB for a 0.51 ms pass; docs/PERF.md, "The receipt".)
+//   The next item's Q and first K, V tiles load while the consumers finish the last item's tiles
+//   and write its O. At T=1,024 an item is 4.5 key/value tiles on average, and a CTA's start and
+//   end, unoverlapped, weigh most.
 // ================================================================================================
+// The persistent grid's item counter: [0] items handed out after the grid's first ones, [1] CTAs
+// done. The last CTA to finish sets both back to 0 for the next launch (launches on one stream
+// do not overlap: the forward is not launched with PDL).
+__device__ uint32_t g_fwd_items[2];
+
 template <int HS, int CONSUMERS_>
 __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
     flash_forward_sm90_kernel(const __grid_constant__ CUtensorMap q_map,
@@ -237,18 +251,22 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
     extern __shared__ unsigned char smem_raw[];
     constexpr int Q_SLOTS = S::Q_SLOTS;
     __shared__ uint64_t q_full[Q_SLOTS], q_empty[Q_SLOTS], kv_full[STAGES], kv_empty[STAGES];
+    __shared__ uint64_t item_full[2], item_empty[2];   // the producer's items to the consumers
+    __shared__ int item_slot[2];
     const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;   // Q tiles [Q_SLOTS][panel][BR][64]
     const uint32_t sK = sQ + Q_SLOTS * S::Q_BYTES;   // K stages [STAGES][panel][128][64]
     const uint32_t sV = sK + STAGES * S::KV_BYTES;   // V stages, the same
     const int items = q_tiles * BNH;
 
+    const bool persistent = (int)gridDim.x < items;
+
     struct Item {
         int b, h, bh, q0, kv_tiles;
     };
-    auto item = [&](int t) {
+    auto item = [&](int t) {   // the heaviest tiles first: of each head (persistent), or of all
         Item it;
-        it.bh = t % BNH;
-        const int q_tile = q_tiles - 1 - t / BNH;   // heaviest tiles first
+        it.bh = persistent ? t / q_tiles : t % BNH;
+        const int q_tile = q_tiles - 1 - (persistent ? t % q_tiles : t / BNH);
         it.b = it.bh / NH;
         it.h = it.bh % NH;
         it.q0 = q_tile * BR;
@@ -268,9 +286,27 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
             mbar_init(&kv_full[s], 1);
             mbar_init(&kv_empty[s], 128 * CONSUMERS);
         }
+        for (int i = 0; i < 2; i++) {
+            mbar_init(&item_full[i], 1);
+            mbar_init(&item_empty[i], 128 * CONSUMERS);
+        }
         mbar_fence_init();
     }
     __syncthreads();
+    // the CTA's n-th item (items or more: no more), through a ring of two slots
+    auto publish_item = [&](int n, int t) {
+        const RingSlot<2> slot(n);
+        mbar_wait(&item_empty[slot.stage], slot.parity ^ 1);
+        item_slot[slot.stage] = t;
+        mbar_arrive(&item_full[slot.stage]);
+    };
+    auto take_item = [&](int n) {
+        const RingSlot<2> slot(n);
+        mbar_wait(&item_full[slot.stage], slot.parity);
+        const int t = item_slot[slot.stage];
+        mbar_arrive(&item_empty[slot.stage]);
+        return t;
+    };
 
     if (wg == 0) {
         // ---- producer: one thread issues every copy; the tensor maps' coordinates are
@@ -278,8 +314,10 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         // have BR rows, kv_map's kBC)
         setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x == 0) {
-            int ring = 0;
-            for (int n = 0, t = blockIdx.x; t < items; n++, t += gridDim.x) {
+            int ring = 0, t = blockIdx.x;
+            for (int n = 0;; n++) {
+                publish_item(n, t);
+                if (t >= items) break;
                 const Item it = item(t);
                 const RingSlot<Q_SLOTS> qs(n);
                 mbar_wait(&q_empty[qs.stage], qs.parity ^ 1);   // round 0 passes at once
@@ -300,6 +338,15 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
                         tma_load_4d(v_dst + off, &kv_map, &kv_full[st], p * kPanelCols,
                                     2 * NH + it.h, j * kBC, it.b);
                     }
+                }
+                // the next item, once these are issued
+                t = persistent ? (int)gridDim.x + (int)atomicAdd(&g_fwd_items[0], 1u) : items;
+            }
+            if (persistent) {   // every CTA has taken its last item: the last one done resets
+                __threadfence();
+                if (atomicAdd(&g_fwd_items[1], 1u) == gridDim.x - 1) {
+                    g_fwd_items[0] = 0;
+                    g_fwd_items[1] = 0;
                 }
             }
         }
@@ -325,7 +372,8 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         };
 
         int ring = 0;   // the CTA's key/value tiles over all its items (the ring's stages)
-        for (int n = 0, t = blockIdx.x; t < items; n++, t += gridDim.x) {
+        int t = take_item(0);
+        for (int n = 0; t < items; n++) {
             const Item it = item(t);
             const RingSlot<Q_SLOTS> qs(n);
             const int wg_row0 = it.q0 + 64 * c;
@@ -390,11 +438,12 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
                 to_bf16();
             }
             const int last = RingSlot<STAGES>(ring + it.kv_tiles - 1).stage;
+            const int next = take_item(n + 1);   // published once this item's loads were issued
             my_turn();
             wgmma_fence();
             gemm_rab<HS, kBC, kBC>(o, p, sV + last * S::KV_BYTES);
             wgmma_commit();
-            if (c != CONSUMERS - 1 || t + (int)gridDim.x < items) your_turn();
+            if (c != CONSUMERS - 1 || next < items) your_turn();
             wgmma_wait<0>();
             fence_regs(o);
             mbar_arrive(&kv_empty[last]);   // the next item's tiles may load into it
@@ -403,6 +452,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
             // O /= l, logsumexp
             store_o(FwdOut{out, logsumexp, it.b, it.h, it.bh, NH, HS, T}, o, m, l, row0, lane % 4,
                     scale_log2);
+            t = next;
         }
     }
 }
@@ -1000,7 +1050,7 @@ void forward_launch(bf16 *out, float *logsumexp, const bf16 *qkv, int B, int T, 
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     const CUtensorMap q_map = *qkv_tensor_map(qkv, B, T, NH, HS, S::BR);
     const CUtensorMap kv_map = *qkv_tensor_map(qkv, B, T, NH, HS, kBC);
-    // Persistent (one CTA per SM, each taking every gridDim.x-th item) where items are short,
+    // Persistent (one CTA per SM, each taking items from a counter) where items are short,
     // T <= FLASH_SM90_FWD_PERSISTENT_T: a CTA's start and end then weigh most. Beyond, one CTA
     // per item: items differ in length by up to T / kBC tiles, and a fixed share of them would
     // leave SMs idle at the end (the backward's first persistent grid measured that, docs/PERF.md).
