@@ -775,7 +775,7 @@ void backward_launch(floatX *dqkv, void *scratch, const floatX *dout, const floa
     const int padded_rows = B * sc.Tpad * NH;
     // the deterministic Hopper backward writes every query tile's sums first with a store (its
     // writer's comment): no zeros to write here, none for its first additions to read back
-    const bool zero_dq = !(hopper && deterministic_asked && FLASH_SM90_DQ_FIRST_STORE);
+    const bool zero_dq = !(hopper && deterministic_asked);
     flash_backward_prep_kernel<HS><<<ceil_div((long)padded_rows * (HS / 8), prep_threads),
                                      prep_threads, 0, cuda_stream>>>(
         sc.D, hopper ? sc.lse2 : nullptr, zero_dq ? sc.dq_accum : nullptr,

@@ -727,7 +727,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         // the tile: up to block tile * BR / BC.
                         const int reach = min(it.group_last, tile * BR / BC);
                         const uint32_t before = it.group_first + reach - it.kv_block;
-                        first = FLASH_SM90_DQ_FIRST_STORE && before == 0;
+                        first = before == 0;
                         while (load_acquire(flag) != before) {
                         }
                         fence_proxy_async_global();

@@ -10,13 +10,6 @@
 // floats, so that every query tile's slice is 16-byte aligned for the bulk copies
 constexpr int kFlashBwdRowPad = 128;
 
-// The deterministic backward stores each query tile's first dQ part (the tile's first key block
-// in the order) instead of adding it to zeros, and the prep writes no zeros (1); 0: zeros, then
-// reduce-adds only, to compare
-#ifndef FLASH_SM90_DQ_FIRST_STORE
-#define FLASH_SM90_DQ_FIRST_STORE 1
-#endif
-
 // true on a device of compute capability 9.0 (H100, H200) unless the environment says
 // FLASH_SM90=0 (to run the mma.sync kernels there, e.g. to compare); asked once
 bool flash_sm90_enabled();
