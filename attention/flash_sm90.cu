@@ -251,8 +251,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
     extern __shared__ unsigned char smem_raw[];
     constexpr int Q_SLOTS = S::Q_SLOTS;
     __shared__ uint64_t q_full[Q_SLOTS], q_empty[Q_SLOTS], kv_full[STAGES], kv_empty[STAGES];
-    __shared__ uint64_t item_full[2], item_empty[2];   // the producer's items to the consumers
-    __shared__ int item_slot[2];
+    __shared__ ItemRing items_ring;   // the producer's items to the consumers
     const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;   // Q tiles [Q_SLOTS][panel][BR][64]
     const uint32_t sK = sQ + Q_SLOTS * S::Q_BYTES;   // K stages [STAGES][panel][128][64]
     const uint32_t sV = sK + STAGES * S::KV_BYTES;   // V stages, the same
@@ -286,27 +285,10 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
             mbar_init(&kv_full[s], 1);
             mbar_init(&kv_empty[s], 128 * CONSUMERS);
         }
-        for (int i = 0; i < 2; i++) {
-            mbar_init(&item_full[i], 1);
-            mbar_init(&item_empty[i], 128 * CONSUMERS);
-        }
+        items_ring.init(128 * CONSUMERS);
         mbar_fence_init();
     }
     __syncthreads();
-    // the CTA's n-th item (items or more: no more), through a ring of two slots
-    auto publish_item = [&](int n, int t) {
-        const RingSlot<2> slot(n);
-        mbar_wait(&item_empty[slot.stage], slot.parity ^ 1);
-        item_slot[slot.stage] = t;
-        mbar_arrive(&item_full[slot.stage]);
-    };
-    auto take_item = [&](int n) {
-        const RingSlot<2> slot(n);
-        mbar_wait(&item_full[slot.stage], slot.parity);
-        const int t = item_slot[slot.stage];
-        mbar_arrive(&item_empty[slot.stage]);
-        return t;
-    };
 
     if (wg == 0) {
         // ---- producer: one thread issues every copy; the tensor maps' coordinates are
@@ -316,7 +298,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         if (threadIdx.x == 0) {
             int ring = 0, t = blockIdx.x;
             for (int n = 0;; n++) {
-                publish_item(n, t);
+                items_ring.publish(n, t);
                 if (t >= items) break;
                 const Item it = item(t);
                 const RingSlot<Q_SLOTS> qs(n);
@@ -372,7 +354,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
         };
 
         int ring = 0;   // the CTA's key/value tiles over all its items (the ring's stages)
-        int t = take_item(0);
+        int t = items_ring.take(0);
         for (int n = 0; t < items; n++) {
             const Item it = item(t);
             const RingSlot<Q_SLOTS> qs(n);
@@ -438,7 +420,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
                 to_bf16();
             }
             const int last = RingSlot<STAGES>(ring + it.kv_tiles - 1).stage;
-            const int next = take_item(n + 1);   // published once this item's loads were issued
+            const int next = items_ring.take(n + 1);   // published once this item's loads were issued
             my_turn();
             wgmma_fence();
             gemm_rab<HS, kBC, kBC>(o, p, sV + last * S::KV_BYTES);
@@ -594,8 +576,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     constexpr int BC = S::BC, BR = S::BR, STAGES = S::STAGES;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t kv_full, kv_empty, full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
-    __shared__ uint64_t item_full[2], item_empty[2];   // the producer's items to the others
-    __shared__ int item_slot[2];
+    __shared__ ItemRing items_ring;   // the producer's items to the consumers and the writer
     // the dynamic shared memory, 1024-aligned: as a generic pointer and as a shared address
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t base = smem_addr(smem);
@@ -636,26 +617,11 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         for (int c = 0; c < 2; c++) {
             mbar_init(&dq_full[c], 128);
             mbar_init(&dq_empty[c], 1);
-            mbar_init(&item_full[c], 1);
-            mbar_init(&item_empty[c], 257);   // both consumers' threads and the writer
         }
+        items_ring.init(257);   // both consumers' threads and the writer
         mbar_fence_init();
     }
     __syncthreads();
-    // the CTA's n-th item (items or more: no more), through a ring of two slots
-    auto publish_item = [&](int n, int t) {
-        const RingSlot<2> slot(n);
-        mbar_wait(&item_empty[slot.stage], slot.parity ^ 1);
-        item_slot[slot.stage] = t;
-        mbar_arrive(&item_full[slot.stage]);
-    };
-    auto take_item = [&](int n) {
-        const RingSlot<2> slot(n);
-        mbar_wait(&item_full[slot.stage], slot.parity);
-        const int t = item_slot[slot.stage];
-        mbar_arrive(&item_empty[slot.stage]);
-        return t;
-    };
 
     if (wg == 0) {
         setmaxnreg_dec<kProducerRegs>();
@@ -666,7 +632,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             Trace trace(smem + S::TRACE_OFF, 0);
             int ring = 0, t = blockIdx.x;
             for (int n = 0;; n++) {
-                publish_item(n, t);
+                items_ring.publish(n, t);
                 trace(kTrPItem);
                 if (t >= items) break;
                 const Item it = item(t);
@@ -710,7 +676,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             Trace trace(smem + S::TRACE_OFF, 3);
             int staged = 0;
             for (int n = 0;; n++) {
-                const int t = take_item(n);
+                const int t = items_ring.take(n);
                 trace(kTrWItem);
                 if (t >= items) break;
                 const Item it = item(t);
@@ -808,7 +774,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         int ring = 0;     // the CTA's steps over all its items (ring stages, dS^T buffers)
         int staged = 0;   // uses of this consumer's staging (each step's dQ part, each dK/dV round)
         for (int n = 0;; n++) {
-            const int ti = take_item(n);
+            const int ti = items_ring.take(n);
             if (ti >= items) break;
             const Item it = item(ti);
             trace(kTrItem, it.steps);

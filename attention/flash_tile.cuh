@@ -14,6 +14,7 @@
 //   the forwards' epilogue      FwdOut, store_o: O / l and the logsumexp, rows past T skipped
 //   mbarrier                    init, arrive, arrive with expected bytes, wait on a phase parity
 //   ring stages                 RingSlot: the stage and the phase parity of a step
+//   work items                  ItemRing: the producer's items to the CTA's other roles
 //   TMA (bulk tensor copy)      global -> shared tile loads; shared -> global tile reduce-add;
 //                               1-D bulk loads; the bulk group commit and waits
 //   proxies                     fence.proxy.async: ordinary shared stores before TMA/wgmma reads
@@ -241,6 +242,36 @@ struct RingSlot {
     int stage;
     uint32_t parity;
     __device__ explicit RingSlot(int step) : stage(step % STAGES), parity((step / STAGES) & 1) {}
+};
+
+// ---- work items handed out inside a CTA --------------------------------------------------------
+// The Hopper kernels' producer thread takes the CTA's work items (from a counter) and passes each
+// to the CTA's other roles through a ring of two slots: publish(n, t) makes t the CTA's n-th item
+// (t past the last item: no more), take(n) returns it. Every one of the `takers` threads given to
+// init takes every n, in order; one thread publishes. In shared memory; init by one thread before
+// the CTA's first barrier (and mbar_fence_init).
+struct ItemRing {
+    uint64_t full[2], empty[2];
+    int slot[2];
+    __device__ void init(int takers) {
+        for (int i = 0; i < 2; i++) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], takers);
+        }
+    }
+    __device__ void publish(int n, int t) {
+        const RingSlot<2> s(n);
+        mbar_wait(&empty[s.stage], s.parity ^ 1);
+        slot[s.stage] = t;
+        mbar_arrive(&full[s.stage]);
+    }
+    __device__ int take(int n) {
+        const RingSlot<2> s(n);
+        mbar_wait(&full[s.stage], s.parity);
+        const int t = slot[s.stage];
+        mbar_arrive(&empty[s.stage]);
+        return t;
+    }
 };
 
 // ---- TMA ---------------------------------------------------------------------------------------

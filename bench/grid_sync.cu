@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../attention/flash_tile.cuh"   // load_acquire, add_release
+
 namespace cg = cooperative_groups;
 
 #define CHECK(x)                                                                          \
@@ -42,18 +44,10 @@ enum { THREADS = 128, GROUPS = 16 };
 enum Barrier { B_NONE, B_COUNTER, B_COUNTER_SLEEP, B_TREE, B_FLAGS, B_CG, B_COUNT };
 static const char *barrier_names[B_COUNT] = {"none", "counter", "counter+sleep", "tree", "flags", "cg"};
 
-__device__ __forceinline__ void red_release(unsigned *p, unsigned v) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 __device__ __forceinline__ unsigned atom_acq_rel(unsigned *p, unsigned v) {
     unsigned old;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return old;
-}
-__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
 }
 __device__ __forceinline__ void st_release(unsigned *p, unsigned v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -88,7 +82,7 @@ __global__ void __launch_bounds__(THREADS) persistent(float *data, unsigned *syn
                 bool done;
                 do {
                     done = true;
-                    for (unsigned i = threadIdx.x; i < nb; i += 32) done &= ld_acquire(flags + i) >= target;
+                    for (unsigned i = threadIdx.x; i < nb; i += 32) done &= load_acquire(flags + i) >= target;
                 } while (!__all_sync(0xffffffffu, done));
             }
             __syncthreads();
@@ -99,12 +93,12 @@ __global__ void __launch_bounds__(THREADS) persistent(float *data, unsigned *syn
                     const unsigned g = blockIdx.x % GROUPS;
                     const unsigned size = nb / GROUPS + (g < nb % GROUPS ? 1 : 0);
                     const unsigned old = atom_acq_rel(sync + 1 + g, 1);
-                    if (old + 1 == target * size) red_release(sync, 1);
-                    while (ld_acquire(sync) < target * GROUPS) {
+                    if (old + 1 == target * size) add_release(sync, 1);
+                    while (load_acquire(sync) < target * GROUPS) {
                     }
                 } else {
-                    red_release(sync, 1);
-                    while (ld_acquire(sync) < target * nb) {
+                    add_release(sync, 1);
+                    while (load_acquire(sync) < target * nb) {
                         if (KIND == B_COUNTER_SLEEP) __nanosleep(32);
                     }
                 }
@@ -124,24 +118,18 @@ __global__ void __launch_bounds__(THREADS) one_phase(float *data, int phase) {
     phase_work(data, phase, 0.0f);
 }
 
-static float time_persistent(int kind, int blocks, int phases, float *data, unsigned *sync,
-                             unsigned *flags, float *sink, cudaStream_t stream) {
-    static void (*const kernels[B_COUNT])(float *, unsigned *, unsigned *, int, float *) = {
-        persistent<B_NONE>, persistent<B_COUNTER>, persistent<B_COUNTER_SLEEP>,
-        persistent<B_TREE>, persistent<B_FLAGS>, persistent<B_CG>};
+// us a phase: the best of three runs of launch() (which queues one run on stream), timed by
+// events, each after prepare() (queued outside the timed part)
+template <typename Prepare, typename Launch>
+static float best_of_3(cudaStream_t stream, int phases, Prepare prepare, Launch launch) {
     cudaEvent_t start, stop;
     CHECK(cudaEventCreate(&start));
     CHECK(cudaEventCreate(&stop));
     float best = 1e30f;
     for (int rep = 0; rep < 3; rep++) {
-        CHECK(cudaMemsetAsync(sync, 0, (1 + GROUPS) * sizeof(unsigned), stream));
-        CHECK(cudaMemsetAsync(flags, 0, blocks * sizeof(unsigned), stream));
+        prepare();
         CHECK(cudaEventRecord(start, stream));
-        void *args[] = {&data, &sync, &flags, &phases, &sink};
-        if (kind == B_CG)
-            CHECK(cudaLaunchCooperativeKernel((void *)kernels[kind], blocks, THREADS, args, 0, stream));
-        else
-            CHECK(cudaLaunchKernel((void *)kernels[kind], blocks, THREADS, args, 0, stream));
+        launch();
         CHECK(cudaEventRecord(stop, stream));
         CHECK(cudaEventSynchronize(stop));
         float ms;
@@ -151,6 +139,24 @@ static float time_persistent(int kind, int blocks, int phases, float *data, unsi
     CHECK(cudaEventDestroy(start));
     CHECK(cudaEventDestroy(stop));
     return best * 1000.0f / phases;
+}
+
+static float time_persistent(int kind, int blocks, int phases, float *data, unsigned *sync,
+                             unsigned *flags, float *sink, cudaStream_t stream) {
+    static void (*const kernels[B_COUNT])(float *, unsigned *, unsigned *, int, float *) = {
+        persistent<B_NONE>, persistent<B_COUNTER>, persistent<B_COUNTER_SLEEP>,
+        persistent<B_TREE>, persistent<B_FLAGS>, persistent<B_CG>};
+    void *args[] = {&data, &sync, &flags, &phases, &sink};
+    auto prepare = [&]() {   // the barriers' counters and flags start from zero
+        CHECK(cudaMemsetAsync(sync, 0, (1 + GROUPS) * sizeof(unsigned), stream));
+        CHECK(cudaMemsetAsync(flags, 0, blocks * sizeof(unsigned), stream));
+    };
+    return best_of_3(stream, phases, prepare, [&]() {
+        if (kind == B_CG)
+            CHECK(cudaLaunchCooperativeKernel((void *)kernels[kind], blocks, THREADS, args, 0, stream));
+        else
+            CHECK(cudaLaunchKernel((void *)kernels[kind], blocks, THREADS, args, 0, stream));
+    });
 }
 
 static float time_kernels(bool pdl, int blocks, int phases, float *data, cudaStream_t stream) {
@@ -171,24 +177,11 @@ static float time_kernels(bool pdl, int blocks, int phases, float *data, cudaStr
     }
     CHECK(cudaStreamEndCapture(stream, &graph));
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    float best = 1e30f;
-    for (int rep = 0; rep < 3; rep++) {
-        CHECK(cudaEventRecord(start, stream));
-        CHECK(cudaGraphLaunch(exec, stream));
-        CHECK(cudaEventRecord(stop, stream));
-        CHECK(cudaEventSynchronize(stop));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, start, stop));
-        if (ms < best) best = ms;
-    }
-    CHECK(cudaEventDestroy(start));
-    CHECK(cudaEventDestroy(stop));
+    const float us = best_of_3(stream, phases, []() {},
+                               [&]() { CHECK(cudaGraphLaunch(exec, stream)); });
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(graph));
-    return best * 1000.0f / phases;
+    return us;
 }
 
 int main(int argc, char **argv) {
