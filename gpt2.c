@@ -337,7 +337,7 @@ const char *const gpt2_recompute_names[RECOMPUTE_LEVELS] = {"none", "GELU", "GEL
 static int recomputed(const GPT2 *model, int act) { return model->recompute >= recompute_levels[act]; }
 
 // the bias gradients' scratch in backward: qkv's (matmul_backward, OC = 3C) and fc's
-// (gelu_backward, OC = 4C); attproj's and fcproj's come with the layernorms' own
+// (matmul_gelu_backward, C = 4C); attproj's and fcproj's come with the layernorms' own
 static size_t matmul_scratch_size(int N, int C) {
     size_t qkv = matmul_backward_scratch_size(N, 3 * C), fc = matmul_backward_scratch_size(N, 4 * C);
     return qkv > fc ? qkv : fc;
@@ -558,8 +558,8 @@ static void block_backward(GPT2 *model, int l, const floatX *residual) {
     // MLP block
     if (recomputed(model, ACT_fch_gelu)) gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
     // (fcprojb's gradient, the column sums of dresidual, came with the layernorm backward
-    // before this block: lnf's or layer l+1's ln1; fcb's comes with the GELU's backward,
-    // attprojb's with ln2's)
+    // before this block: lnf's or layer l+1's ln1; fcb's with the GELU's backward, as column
+    // sums of its output; attprojb's with ln2's)
     matmul_gelu_backward(a.scratch_4c, dw.fcb, dw.fcprojw, mm, a.dresidual, x.fch_gelu, x.fch,
                          w.fcprojw, N, 4 * C, C);
     if (recomputed(model, ACT_ln2))

@@ -327,8 +327,8 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
             if (persistent) {   // every CTA has taken its last item: the last one done resets
                 __threadfence();
                 if (atomicAdd(&g_fwd_items[1], 1u) == gridDim.x - 1) {
-                    g_fwd_items[0] = 0;
-                    g_fwd_items[1] = 0;
+                    atomicExch(&g_fwd_items[0], 0u);
+                    atomicExch(&g_fwd_items[1], 0u);
                 }
             }
         }

@@ -5,7 +5,8 @@
 //
 // Every form runs PHASES phases of the same work: each block writes one value, then (after the
 // dependency) reads every block's value of the phase before and sums them, as a GEMV phase
-// reads the whole vector the phase before wrote. Reported: us a phase, the mean over PHASES.
+// reads the whole vector the phase before wrote. Reported: us a phase, over PHASES phases,
+// the best of three runs.
 //   kernels, PDL     one kernel a phase, launched with programmatic dependent launch, recorded
 //                    in a CUDA graph (the decode step's way today)
 //   kernels          the same without PDL

@@ -101,7 +101,9 @@ void matmul_forward_epilogue(floatX *out, floatX *pre, const floatX *inp, const 
 // dpre (N,C) = gelu'(pre) * (dout @ weight), dbias (C) += colsum(dpre) (the fc layer's bias),
 // dweight (OC,C) += dout^T @ out. pre, out (N,C), dout (N,OC), weight (OC,C).
 // CPU: matmul_backward then gelu_backward. CUDA: the GELU's derivative in the dinp GEMM's
-// epilogue (cuBLASLt's formula: not gelu_backward's bits), the column sums apart.
+// epilogue (cuBLASLt's formula: not gelu_backward's bits), the column sums apart; where
+// cuBLASLt has no such algorithm for the shape, the GEMM then gelu_backward, as on the CPU.
+// dbias may be NULL (no sums).
 // scratch: matmul_backward_scratch_size(N, C) bytes
 void matmul_gelu_backward(floatX *dpre, floatX *dbias, floatX *dweight, void *scratch,
                           const floatX *dout, const floatX *out, const floatX *pre,

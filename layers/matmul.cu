@@ -258,6 +258,9 @@ static bool lt_matmul(cublasOperation_t transa, cublasOperation_t transb, int m,
                       const floatX *bias, int accumulate, int epi = EPI_NONE,
                       const floatX *aux = NULL) {
     if ((epi == EPI_DGELU) != (aux != NULL)) die("internal error: lt_matmul's DGELU needs aux");
+    // aux's alignment goes in with D's (the smaller of the two): the plan's heuristic is asked
+    // before any aux pointer is set, so the D and C alignment preferences are what keep it from
+    // an algorithm that needs a more aligned aux
     const int align_d = aux && pointer_alignment(aux) < pointer_alignment(D) ? pointer_alignment(aux)
                                                                             : pointer_alignment(D);
     MatmulPlan *p = get_plan(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, accumulate,
@@ -340,5 +343,5 @@ void matmul_gelu_backward(floatX *dpre, floatX *dbias, floatX *dweight, void *sc
     // dweight^T (C,OC) += out^T (C,N) @ dout (N,OC)
     lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, out, C, dout, OC, dweight, C, NULL, 1);
     if (!fused) gelu_backward(dpre, dbias, scratch, pre, dpre, N, C);
-    else column_sums(BF(dbias), (float *)scratch, StoredRows{CBF(dpre), C}, N, C, is_aligned16(dpre));
+    else if (dbias) column_sums(BF(dbias), (float *)scratch, StoredRows{CBF(dpre), C}, N, C, is_aligned16(dpre));
 }

@@ -73,11 +73,10 @@ static float *random_bf16(size_t n, float amplitude, unsigned long long *rng) {
 #define QKV(b, t, part, h) (qkv + ((size_t)((b) * T + (t)) * 3 + (part)) * C + (h) * HS)
 #define ROW(p, b, t, h) ((p) + ((size_t)(b) * T + (t)) * C + (h) * HS)
 
-// Query row i of head h of sequence b, from the inputs alone: out o (HS), dq (HS), *D =
-// rowsum(dO * out) (what the key rows' gradients need), and the logsumexp, returned.
-// One query row i: o, dq (HS each) and D = dO . o, its logsumexp returned. With out_row (the
-// device's output row, bf16 as stored), D is taken from it instead of from the exact o, as the
-// backward does (see run_long_case).
+// Query row i of head h of sequence b: out o (HS), dq (HS), *D = rowsum(dO * out) (what the
+// key rows' gradients need), and the logsumexp, returned; from the inputs alone, or, with
+// out_row (the device's output row, bf16 as stored), D taken from it instead of from the exact
+// o, as the backward does (see run_long_case).
 static double reference_query_row(double *o, double *dq, double *D, const float *qkv,
                                   const float *dout, const float *out_row, int b, int h, int i,
                                   int T, int NH, int HS) {

@@ -603,6 +603,7 @@ static void test_matmul(void) {
     test_matmul_gelu_backward_case(300, 3072, 768);    // the fc projection's shape
     test_matmul_gelu_backward_case(4096, 3072, 768);   // above the tuning size
     test_matmul_gelu_backward_case(33, 40, 24);        // odd rows: cuBLASLt's slow paths or none
+    test_matmul_gelu_backward_case(33, 36, 20);        // rows of 72 bytes: less aligned kernels
 }
 
 // ----------------------------------------------------------------------------------------
