@@ -34,6 +34,7 @@ typedef struct {
     int has_bias, accumulate, gelu;   // gelu: an Epi (below)
     int align_a, align_b, align_d;   // bytes the pointers are aligned to (up to 256)
     int tune;                        // MATMUL_TUNE when the plan was made (0, 1, 2)
+    int lt;                          // MATMUL_LT when the plan was made (0: cublasGemmEx)
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
     cublasLtMatmulAlgo_t algo;       // the one used
@@ -68,13 +69,16 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
     // compare the two in one process)
     const char *tune_env = getenv("MATMUL_TUNE");
     const int tune = tune_env ? atoi(tune_env) : 1;
+    // MATMUL_LT=0: every GEMM through cublasGemmEx, bias and GELU apart, as for a shape cuBLASLt
+    // has no algorithm for (a test switch: that path is otherwise rare)
+    const int lt = env_flag("MATMUL_LT", 1);
     for (int i = 0; i < plans_count; i++) {
         MatmulPlan *p = &plans[i];
         if (p->transa == transa && p->transb == transb && p->m == m && p->n == n && p->k == k &&
             p->lda == lda && p->ldb == ldb && p->ldd == ldd && p->has_bias == has_bias &&
             p->accumulate == accumulate && p->gelu == gelu && p->align_a == align_a &&
             p->align_b == align_b &&
-            p->align_d == align_d && p->tune == tune)
+            p->align_d == align_d && p->tune == tune && p->lt == lt)
             return p;
     }
     // a full cache recycles its slots in turn (sampling and generation bring a new row count
@@ -91,7 +95,7 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->d_layout));
     }
     *p = MatmulPlan{transa, transb, m, n, k, lda, ldb, ldd, has_bias, accumulate, gelu,
-                    align_a, align_b, align_d, tune};
+                    align_a, align_b, align_d, tune, lt};
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa,
                                                 sizeof(transa)));
@@ -144,6 +148,10 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
         cublaslt_handle, p->desc, p->a_layout, p->b_layout, p->d_layout, p->d_layout, pref,
         TUNE_CANDIDATES, results, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (!lt) {
+        p->use_gemm_ex = 1;
+        return p;
+    }
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         p->use_gemm_ex = 1;
         note("cuBLASLt has no algorithm for the bf16 GEMM m=%d n=%d k=%d (lda=%d ldb=%d ldd=%d, "

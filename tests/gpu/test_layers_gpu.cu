@@ -604,6 +604,17 @@ static void test_matmul(void) {
     test_matmul_gelu_backward_case(4096, 3072, 768);   // above the tuning size
     test_matmul_gelu_backward_case(33, 40, 24);        // odd rows: cuBLASLt's slow paths or none
     test_matmul_gelu_backward_case(33, 36, 20);        // rows of 72 bytes: less aligned kernels
+    // the same on the path of shapes cuBLASLt has no algorithm for (cublasGemmEx, the bias and
+    // the GELU's forward or backward apart), forced
+    const char *user_lt = getenv("MATMUL_LT");
+    char *saved_lt = user_lt ? strdup(user_lt) : NULL;
+    setenv("MATMUL_LT", "0", 1);
+    printf("  MATMUL_LT=0:\n");
+    test_matmul_case(300, 768, 3072, true);
+    test_matmul_gelu_backward_case(300, 3072, 768);
+    if (saved_lt) setenv("MATMUL_LT", saved_lt, 1);
+    else unsetenv("MATMUL_LT");
+    free(saved_lt);
 }
 
 // ----------------------------------------------------------------------------------------
