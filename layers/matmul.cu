@@ -127,6 +127,10 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a_layout, CUDA_R_16BF, a_rows, a_cols, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b_layout, CUDA_R_16BF, b_rows, b_cols, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d_layout, CUDA_R_16BF, m, n, ldd));
+    if (!lt) {   // no heuristic to ask
+        p->use_gemm_ex = 1;
+        return p;
+    }
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -148,10 +152,6 @@ static MatmulPlan *get_plan(cublasOperation_t transa, cublasOperation_t transb, 
         cublaslt_handle, p->desc, p->a_layout, p->b_layout, p->d_layout, p->d_layout, pref,
         TUNE_CANDIDATES, results, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (!lt) {
-        p->use_gemm_ex = 1;
-        return p;
-    }
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         p->use_gemm_ex = 1;
         note("cuBLASLt has no algorithm for the bf16 GEMM m=%d n=%d k=%d (lda=%d ldb=%d ldd=%d, "
@@ -340,16 +340,17 @@ void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, void *scratch
 // layers.h: the fc projection's backward and the GELU's before it. The GELU's derivative is
 // taken in the dinp GEMM's epilogue (cuBLASLt's DGELU, aux = pre): one pass less over the
 // (N, C) gradient than the GEMM then gelu_backward. cuBLASLt has no DGELU with the bias
-// gradient (DGELU_BGRAD) for bf16 with an fp32 gradient on the shapes tried (docs/PERF.md, eleventh session), so the
-// column sums go apart, over the stored dpre, as matmul_backward's dbias does.
+// gradient (DGELU_BGRAD) for bf16 with an fp32 gradient on the shapes tried (docs/PERF.md,
+// eleventh session), so the column sums go apart, over the stored dpre, as matmul_backward's
+// dbias does.
 void matmul_gelu_backward(floatX *dpre, floatX *dbias, floatX *dweight, void *scratch,
                           const floatX *dout, const floatX *out, const floatX *pre,
                           const floatX *weight, int N, int C, int OC) {
     // dpre^T (C,N) = gelu'(pre^T) * (weight^T (C,OC) @ dout^T (OC,N))
     const bool fused = lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dpre, C,
                                  NULL, 0, EPI_DGELU, pre);
-    // dweight^T (C,OC) += out^T (C,N) @ dout (N,OC)
-    lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, out, C, dout, OC, dweight, C, NULL, 1);
+    matmul_backward(NULL, dweight, NULL, NULL, dout, out, weight, N, C, OC);   // dweight alone
     if (!fused) gelu_backward(dpre, dbias, scratch, pre, dpre, N, C);
-    else if (dbias) column_sums(BF(dbias), (float *)scratch, StoredRows{CBF(dpre), C}, N, C, is_aligned16(dpre));
+    else if (dbias)
+        column_sums(BF(dbias), (float *)scratch, StoredRows{CBF(dpre), C}, N, C, is_aligned16(dpre));
 }

@@ -504,6 +504,18 @@ static void test_matmul_case(int N, int C, int OC, bool with_bias, int bias_misa
     free(got_dbias); free(again_dweight); free(again_dbias);
 }
 
+// A test that sets one of matmul.cu's switches (MATMUL_TUNE, MATMUL_LT) puts the user's value
+// back afterwards: env_save before, env_restore after (unset if it was unset)
+static char *env_save(const char *name) {
+    const char *v = getenv(name);
+    return v ? strdup(v) : NULL;
+}
+static void env_restore(const char *name, char *saved) {
+    if (saved) setenv(name, saved, 1);
+    else unsetenv(name);
+    free(saved);
+}
+
 // Above matmul.cu's tuning size a plan times the heuristic's candidates and keeps the fastest
 // with the bits of the first: the outputs with tuning (MATMUL_TUNE unset, its default) are the
 // bits of those without (MATMUL_TUNE=0, its own plans), and right against the CPU.
@@ -517,8 +529,7 @@ static void test_matmul_tuned(int N, int C, int OC) {
     floatX *d_dout = dev_bf16(dout, no), *d_dweight = dev_bf16(NULL, oc);
     floatX *d_out = dev_bf16(NULL, no), *d_dinp = dev_bf16(NULL, nc);
     float *out[2], *dinp[2];
-    const char *user_env = getenv("MATMUL_TUNE");   // put back afterwards
-    char *user_tune = user_env ? strdup(user_env) : NULL;
+    char *user_tune = env_save("MATMUL_TUNE");
     for (int tuned = 0; tuned < 2; tuned++) {
         if (tuned) unsetenv("MATMUL_TUNE");
         else setenv("MATMUL_TUNE", "0", 1);
@@ -529,8 +540,7 @@ static void test_matmul_tuned(int N, int C, int OC) {
         out[tuned] = get_bf16(d_out, no);
         dinp[tuned] = get_bf16(d_dinp, nc);
     }
-    if (user_tune) setenv("MATMUL_TUNE", user_tune, 1);
-    free(user_tune);
+    env_restore("MATMUL_TUNE", user_tune);
     expect_identical("forward, tuned: the heuristic's first's bits", out[1], out[0], no);
     expect_identical("dinp, tuned: the heuristic's first's bits", dinp[1], dinp[0], nc);
     dev_free(d_inp); dev_free(d_weight); dev_free(d_bias); dev_free(d_dout); dev_free(d_dweight);
@@ -606,15 +616,12 @@ static void test_matmul(void) {
     test_matmul_gelu_backward_case(33, 36, 20);        // rows of 72 bytes: less aligned kernels
     // the same on the path of shapes cuBLASLt has no algorithm for (cublasGemmEx, the bias and
     // the GELU's forward or backward apart), forced
-    const char *user_lt = getenv("MATMUL_LT");
-    char *saved_lt = user_lt ? strdup(user_lt) : NULL;
+    char *user_lt = env_save("MATMUL_LT");
     setenv("MATMUL_LT", "0", 1);
     printf("  MATMUL_LT=0:\n");
     test_matmul_case(300, 768, 3072, true);
     test_matmul_gelu_backward_case(300, 3072, 768);
-    if (saved_lt) setenv("MATMUL_LT", saved_lt, 1);
-    else unsetenv("MATMUL_LT");
-    free(saved_lt);
+    env_restore("MATMUL_LT", user_lt);
 }
 
 // ----------------------------------------------------------------------------------------
