@@ -223,8 +223,8 @@ void gpt2_print_memory(const GPT2 *model);
 // scratches keep counters that must start at zero): X(name, type, elements). The step's
 // tensors are reused by every layer (C = NH * HS).
 #define GPT2_DECODE_TENSORS(X)                                                               \
-    X(k, floatX, L * B * maxT * C)  /* (L, B, maxT, NH, HS) key cache */                     \
-    X(v, floatX, L * B * maxT * C)  /* (L, B, maxT, NH, HS) value cache */                   \
+    X(k, floatX, L * B * maxT * C)  /* (L, B, NH, maxT, HS) key cache */                     \
+    X(v, floatX, L * B * maxT * C)  /* (L, B, NH, maxT, HS) value cache */                   \
     X(inputs, int, B + 2)           /* tokens, then the position and the length (pos + 1) */ \
     X(x, floatX, B * C)             /* (B, C) residual stream, updated in place */           \
     X(qkv, floatX, B * 3 * C)       /* (B, 3C) the new token's query, key and value */       \

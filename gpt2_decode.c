@@ -96,7 +96,7 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
                            cache->HS);
         } else {   // one prompt, the same keys and values in every sequence
             for (int b = 0; b < cache->B; b++) {
-                size_t offset = (size_t)b * cache->maxT * C;
+                size_t offset = KV_CACHE_AT(b, 0, 0, cache->maxT, cache->NH, cache->HS);
                 kv_cache_store(k + offset, v + offset, qkv, cache->inputs + cache->B, 1, T,
                                cache->maxT, cache->NH, cache->HS);
             }

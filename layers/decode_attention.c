@@ -20,7 +20,7 @@ static inline float dot(const float *a, const float *b, int n) {
 
 size_t attention_decode_scratch_size(int B, int maxT, int NH, int HS) { return 0; }
 
-// out (B, NH, HS), q row b at q + b * q_stride; kcache, vcache (B, maxT, NH, HS), positions
+// out (B, NH, HS), q row b at q + b * q_stride; kcache, vcache (B, NH, maxT, HS), positions
 // 0..len-1 read
 static void decode(floatX *out, const floatX *q, size_t q_stride, const floatX *kcache,
                    const floatX *vcache, int B, int len, int maxT, int NH, int HS) {
@@ -34,8 +34,9 @@ static void decode(floatX *out, const floatX *q, size_t q_stride, const floatX *
             float *o = out + (size_t)b * C + h * HS;
             memset(o, 0, HS * sizeof(*o));
             float running_max = -INFINITY, running_sum = 0.0f;
+            const size_t head = KV_CACHE_AT(b, h, 0, maxT, NH, HS);
             for (int s = 0; s < len; s++) {
-                const size_t row = ((size_t)b * maxT + s) * C + h * HS;
+                const size_t row = head + (size_t)s * HS;
                 const float score = dot(query, kcache + row, HS) * scale;
                 if (score > running_max) {   // rescale what was summed under the old maximum
                     const float correction = expf(running_max - score);   // exp(-inf) = 0
@@ -60,7 +61,7 @@ void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX 
     decode(out, q, (size_t)NH * HS, kcache, vcache, B, len, maxT, NH, HS);
 }
 
-// kcache, vcache (B, maxT, NH, HS) rows pos..pos+T-1 = k, v of qkv (B, T, 3, NH, HS)
+// kcache, vcache (B, NH, maxT, HS) positions pos..pos+T-1 = k, v of qkv (B, T, 3, NH, HS)
 void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int *pos, int B,
                     int T, int maxT, int NH, int HS) {
     const int start = *pos, C = NH * HS;
@@ -70,9 +71,11 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             const floatX *src = qkv + ((size_t)b * T + t) * 3 * C;
-            const size_t dst = ((size_t)b * maxT + start + t) * C;
-            memcpy(kcache + dst, src + C, C * sizeof(floatX));
-            memcpy(vcache + dst, src + 2 * C, C * sizeof(floatX));
+            for (int h = 0; h < NH; h++) {
+                const size_t dst = KV_CACHE_AT(b, h, start + t, maxT, NH, HS);
+                memcpy(kcache + dst, src + C + h * HS, HS * sizeof(floatX));
+                memcpy(vcache + dst, src + 2 * C + h * HS, HS * sizeof(floatX));
+            }
         }
     }
 }

@@ -48,7 +48,7 @@ struct DecodeArgs {
     float *partial;                   // (B, NH, splits, record_floats(HS)): decode_attention.cuh
     unsigned *counters;               // (B, NH): splits done, reset to 0 by the combining block
     const bf16 *q;                    // row b at q + b * q_stride
-    bf16 *kcache, *vcache;            // (B, maxT, NH, HS)
+    bf16 *kcache, *vcache;            // (B, NH, maxT, HS)
     const bf16 *new_k, *new_v;        // the step's new row b at new_k + b * q_stride, or null
     const int *pos_dev;               // the step's position (len = pos + 1), or null: len_host
     int len_host, q_stride, maxT, NH, HS, split_len, splits;
@@ -79,12 +79,12 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
     const int new_pos = a.new_k ? len - 1 : -1;   // the row that comes from qkv
     const int start = split * a.split_len;
     const int end = min(start + a.split_len, len);
-    const int HS = a.HS, C = a.NH * HS;
+    const int HS = a.HS;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int member = lane % G;
     const int group = warp * kWarpGroups + lane / G;
     const bool active = member * 8 < HS;   // lanes past HS (HS/8 not a power of two) idle
-    const size_t head = (size_t)b * a.maxT * C + h * HS + member * 8;
+    const size_t head = KV_CACHE_AT(b, h, 0, a.maxT, a.NH, HS) + member * 8;   // + s * HS: position s
 
     // A round: group g takes rows base + r * kGroups + g, r < kRows. All 2 * kRows loads of a
     // round are issued together, so one memory latency covers kRows rows.
@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
             const int s = base + r * kGroups + group;
             k_raw[r] = v_raw[r] = make_int4(0, 0, 0, 0);
             if (s < end && active) {
-                k_raw[r] = *reinterpret_cast<const int4 *>(a.kcache + head + (size_t)s * C);
-                v_raw[r] = *reinterpret_cast<const int4 *>(a.vcache + head + (size_t)s * C);
+                k_raw[r] = *reinterpret_cast<const int4 *>(a.kcache + head + (size_t)s * HS);
+                v_raw[r] = *reinterpret_cast<const int4 *>(a.vcache + head + (size_t)s * HS);
             }
         }
     };
@@ -136,8 +136,8 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
                 const size_t src = (size_t)b * a.q_stride + h * HS + member * 8;
                 k_cur[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_k + src));
                 v_cur[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_v + src));
-                *reinterpret_cast<int4 *>(a.kcache + head + (size_t)s * C) = k_cur[r];
-                *reinterpret_cast<int4 *>(a.vcache + head + (size_t)s * C) = v_cur[r];
+                *reinterpret_cast<int4 *>(a.kcache + head + (size_t)s * HS) = k_cur[r];
+                *reinterpret_cast<int4 *>(a.vcache + head + (size_t)s * HS) = v_cur[r];
             }
         }
         float score[kRows];
@@ -292,12 +292,13 @@ DecodeArgs decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
     return a;
 }
 
-// kcache, vcache rows (b, pos + t) = k, v of qkv row (b, t); one thread per VEC channels
+// kcache, vcache position pos + t of sequence b = k, v of qkv row (b, t); one thread per VEC
+// channels
 template <int VEC>
 __global__ void kv_cache_store_kernel(bf16 *__restrict__ kcache, bf16 *__restrict__ vcache,
                                       const bf16 *__restrict__ qkv, const int *__restrict__ pos,
-                                      int B, int T, int maxT, int C) {
-    const int nvec = C / VEC;
+                                      int B, int T, int maxT, int NH, int HS) {
+    const int C = NH * HS, nvec = C / VEC;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * T * nvec) return;
     const int c = (int)(idx % nvec) * VEC;
@@ -306,7 +307,7 @@ __global__ void kv_cache_store_kernel(bf16 *__restrict__ kcache, bf16 *__restric
     const int p = *pos + t;
     if (p < 0 || p >= maxT) return;   // the caller checked; never write outside the cache
     const bf16 *src = qkv + bt * 3 * C + c;
-    const size_t dst = ((size_t)b * maxT + p) * C + c;
+    const size_t dst = KV_CACHE_AT(b, c / HS, p, maxT, NH, HS) + c % HS;   // VEC divides HS
     float x[VEC];
     load_bf16<VEC>(x, src + C);
     store_bf16<VEC>(kcache + dst, x);
@@ -374,11 +375,11 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
     const int C = NH * HS, threads = 256;
     const size_t rows = (size_t)B * T;
     if (rows == 0) return;
-    if (C % 8 == 0 && is_aligned16(kcache) && is_aligned16(vcache) && is_aligned16(qkv))
+    if (HS % 8 == 0 && is_aligned16(kcache) && is_aligned16(vcache) && is_aligned16(qkv))
         kv_cache_store_kernel<8><<<ceil_div(rows * (C / 8), threads), threads, 0, cuda_stream>>>(
-            BF(kcache), BF(vcache), CBF(qkv), pos, B, T, maxT, C);
+            BF(kcache), BF(vcache), CBF(qkv), pos, B, T, maxT, NH, HS);
     else
         kv_cache_store_kernel<1><<<ceil_div(rows * C, threads), threads, 0, cuda_stream>>>(
-            BF(kcache), BF(vcache), CBF(qkv), pos, B, T, maxT, C);
+            BF(kcache), BF(vcache), CBF(qkv), pos, B, T, maxT, NH, HS);
     LAUNCH_CHECK();
 }

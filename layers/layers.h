@@ -136,9 +136,15 @@ void crossentropy_forward_backward(floatX *logits, float *losses, const int *tar
 // *sum += *mean (the mean losses of the micro-batches of a step). mean, sum: one fp32 each.
 void crossentropy_loss_mean(float *mean, float *sum, const float *losses, int N);
 
+// The KV cache's layout, (B, NH, maxT, HS): each head's positions are contiguous, so that the
+// decode attention, which walks one head's positions, reads each block of them as one stream
+// (the position-major (B, maxT, NH, HS) read 128 bytes of every 1,536 at d12). The offset of
+// head h of position s of sequence b in a cache of maxT positions:
+#define KV_CACHE_AT(b, h, s, maxT, NH, HS) ((((size_t)(b) * (NH) + (h)) * (maxT) + (s)) * (HS))
+
 // Attention of one new query per sequence against a KV cache, for generation (causal by
 // construction: the cache holds positions 0..len-1, the new token's own k, v included).
-// out (B, NH, HS), q (B, NH, HS); kcache, vcache (B, maxT, NH, HS), of which the first len
+// out (B, NH, HS), q (B, NH, HS); kcache, vcache (B, NH, maxT, HS), of which the first len
 // positions are read. Scale 1/sqrt(HS). One kernel for both attention backends: it is the
 // decode step of either, and flash-decoding on the GPU (the cache split across blocks).
 // scratch: attention_decode_scratch_size(B, maxT, NH, HS) bytes, enough for every len <=
@@ -157,12 +163,12 @@ void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX 
 // The decode step's attention: the new token's key and value, read from qkv (B, 3, NH, HS), go
 // into the cache at position pos (one int32 in device memory), and its query attends to
 // positions 0..pos (its own included, as causality wants). out (B, NH, HS); kcache, vcache
-// (B, maxT, NH, HS). The work is laid out for maxT positions; the parts past pos return at once.
+// (B, NH, maxT, HS). The work is laid out for maxT positions; the parts past pos return at once.
 // scratch: attention_decode_scratch_size(B, maxT, NH, HS) bytes, as for attention_decode.
 void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
                            floatX *vcache, const int *pos, int B, int maxT, int NH, int HS);
 // The prefill's keys and values: those of qkv (B, T, 3, NH, HS) go into the KV cache at
-// positions pos .. pos+T-1 (pos: one int32 in device memory). kcache, vcache (B, maxT, NH, HS).
+// positions pos .. pos+T-1 (pos: one int32 in device memory). kcache, vcache (B, NH, maxT, HS).
 void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int *pos, int B,
                     int T, int maxT, int NH, int HS);
 

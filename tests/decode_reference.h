@@ -10,8 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+// row (C = NH * HS) = position s of sequence b of a cache (B, NH, maxT, HS): one head at a time
+static void cache_position(float *row, const float *cache, int b, int s, int maxT, int NH, int HS) {
+    for (int h = 0; h < NH; h++)
+        memcpy(row + h * HS, cache + KV_CACHE_AT(b, h, s, maxT, NH, HS), HS * sizeof(float));
+}
+
 // out (B, NH, HS) = softmax(q k^T / sqrt(HS)) v over positions 0..len-1, summed in double and
-// rounded to fp32 once; q (B, NH, HS), kc and vc (B, maxT, NH, HS)
+// rounded to fp32 once; q (B, NH, HS), kc and vc (B, NH, maxT, HS) (KV_CACHE_AT)
 static void reference_decode(float *out, const float *q, const float *kc, const float *vc,
                              int B, int len, int maxT, int NH, int HS) {
     int C = NH * HS;
@@ -26,14 +32,14 @@ static void reference_decode(float *out, const float *q, const float *kc, const 
             for (int s = 0; s < len; s++) {
                 double dot = 0.0;
                 for (int i = 0; i < HS; i++)
-                    dot += (double)q[b * C + h * HS + i] * kc[((size_t)b * maxT + s) * C + h * HS + i];
+                    dot += (double)q[b * C + h * HS + i] * kc[KV_CACHE_AT(b, h, s, maxT, NH, HS) + i];
                 scores[s] = dot / sqrt((double)HS);
                 if (scores[s] > max) max = scores[s];
             }
             for (int s = 0; s < len; s++) sum += (scores[s] = exp(scores[s] - max));
             for (int i = 0; i < HS; i++) {
                 double acc = 0.0;
-                for (int s = 0; s < len; s++) acc += scores[s] * vc[((size_t)b * maxT + s) * C + h * HS + i];
+                for (int s = 0; s < len; s++) acc += scores[s] * vc[KV_CACHE_AT(b, h, s, maxT, NH, HS) + i];
                 out[b * C + h * HS + i] = (float)(acc / sum);
             }
         }

@@ -104,11 +104,13 @@ static void test_attention_decode(unsigned long long *rng) {
         memcpy(kc2, kc, cache * sizeof(float));
         memcpy(vc2, vc, cache * sizeof(float));
         for (int b = 0; b < B; b++) {
-            size_t last = ((size_t)b * maxT + len - 1) * C;
             memcpy(qkv + (size_t)b * 3 * C, q + (size_t)b * C, C * sizeof(float));
-            memcpy(qkv + (size_t)b * 3 * C + C, kc + last, C * sizeof(float));
-            memcpy(qkv + (size_t)b * 3 * C + 2 * C, vc + last, C * sizeof(float));
-            for (int c = 0; c < C; c++) kc2[last + c] = vc2[last + c] = -9.0f;
+            cache_position(qkv + (size_t)b * 3 * C + C, kc, b, len - 1, maxT, NH, HS);
+            cache_position(qkv + (size_t)b * 3 * C + 2 * C, vc, b, len - 1, maxT, NH, HS);
+            for (int c = 0; c < C; c++) {
+                size_t last = KV_CACHE_AT(b, c / HS, len - 1, maxT, NH, HS) + c % HS;
+                kc2[last] = vc2[last] = -9.0f;
+            }
         }
         int pos = len - 1;
         attention_decode_step(o2, scratch, qkv, kc2, vc2, &pos, B, maxT, NH, HS);
@@ -163,7 +165,7 @@ static void test_kv_cache_store(unsigned long long *rng) {
     for (int b = 0; b < B; b++) {
         for (int s = 0; s < maxT; s++) {
             for (int c = 0; c < C; c++) {
-                size_t i = ((size_t)b * maxT + s) * C + c;
+                size_t i = KV_CACHE_AT(b, c / HS, s, maxT, NH, HS) + c % HS;
                 if (s >= pos && s < pos + T) {
                     const float *src = qkv + ((size_t)b * T + (s - pos)) * 3 * C;
                     right &= kc[i] == src[C + c] && vc[i] == src[2 * C + c];

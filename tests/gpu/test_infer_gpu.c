@@ -96,18 +96,18 @@ static void test_attention_decode(unsigned long long *rng) {
             // attention_decode_step at pos = len - 1: the row comes from qkv, the cache's row
             // len-1 is poisoned first and must come out equal to the original
             for (int b = 0; b < B; b++) {
-                size_t last = ((size_t)b * maxT + len - 1) * C;
                 memcpy(qkv + (size_t)b * 3 * C, q + (size_t)b * C, C * sizeof(float));
-                memcpy(qkv + (size_t)b * 3 * C + C, kc + last, C * sizeof(float));
-                memcpy(qkv + (size_t)b * 3 * C + 2 * C, vc + last, C * sizeof(float));
+                cache_position(qkv + (size_t)b * 3 * C + C, kc, b, len - 1, maxT, NH, HS);
+                cache_position(qkv + (size_t)b * 3 * C + 2 * C, vc, b, len - 1, maxT, NH, HS);
             }
             floatX_upload(dqkv, qkv, (size_t)B * 3 * C);
             dev_copy(dk2, dk, cache * sizeof(floatX));
             dev_copy(dv2, dv, cache * sizeof(floatX));
-            for (int b = 0; b < B; b++) {
-                poison(dk2 + ((size_t)b * maxT + len - 1) * C, C);
-                poison(dv2 + ((size_t)b * maxT + len - 1) * C, C);
-            }
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < NH; h++) {
+                    poison(dk2 + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
+                    poison(dv2 + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
+                }
             poison(dout, B * C);
             int pos = len - 1;
             dev_upload(dlen, &pos, sizeof(int));
@@ -161,7 +161,7 @@ static void test_kv_cache_store(unsigned long long *rng) {
     for (int b = 0; b < B; b++)
         for (int s = 0; s < maxT; s++)
             for (int c = 0; c < C; c++) {
-                size_t i = ((size_t)b * maxT + s) * C + c;
+                size_t i = KV_CACHE_AT(b, c / HS, s, maxT, NH, HS) + c % HS;
                 const float *row = src + ((size_t)b * T + (s - pos)) * 3 * C;
                 int in = s >= pos && s < pos + T;
                 right &= kc[i] == (in ? row[C + c] : 0.0f) && vc[i] == (in ? row[2 * C + c] : 0.0f);
