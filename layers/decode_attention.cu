@@ -144,10 +144,11 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
         float round_max = -INFINITY;
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
-            const bf16 *k = reinterpret_cast<const bf16 *>(&k_cur[r]);
+            float k[8];
+            unpack_bf16<8>(k, k_cur[r]);
             score[r] = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 8; i++) score[r] += qv[i] * __bfloat162float(k[i]);
+            for (int i = 0; i < 8; i++) score[r] += qv[i] * k[i];
 #pragma unroll
             for (int offset = G / 2; offset > 0; offset >>= 1)
                 score[r] += __shfl_xor_sync(0xffffffffu, score[r], offset);
@@ -161,10 +162,11 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
             const float p = valid[r] ? exp2f(score[r] - running_max) : 0.0f;
-            const bf16 *v = reinterpret_cast<const bf16 *>(&v_cur[r]);
+            float v[8];
+            unpack_bf16<8>(v, v_cur[r]);
             running_sum += p;
 #pragma unroll
-            for (int i = 0; i < 8; i++) acc[i] += p * __bfloat162float(v[i]);
+            for (int i = 0; i < 8; i++) acc[i] += p * v[i];
         }
     }
 

@@ -77,11 +77,20 @@ template <int VEC>
 __device__ __forceinline__ typename BF16Raw<VEC>::type load_bf16_raw(const bf16 *src) {
     return *reinterpret_cast<const typename BF16Raw<VEC>::type *>(src);
 }
+// A bf16 is the upper half of its fp32: a 32-bit word of two unpacks by one shift and one mask
+// (__bfloat162float takes two instructions for the upper one: a byte permute, then a shift)
 template <int VEC>
 __device__ __forceinline__ void unpack_bf16(float (&dst)[VEC], typename BF16Raw<VEC>::type raw) {
-    const bf16 *h = reinterpret_cast<const bf16 *>(&raw);
+    if constexpr (VEC == 1) {
+        dst[0] = __uint_as_float((uint32_t)raw << 16);
+    } else {
+        const uint32_t *w = reinterpret_cast<const uint32_t *>(&raw);
 #pragma unroll
-    for (int k = 0; k < VEC; k++) dst[k] = __bfloat162float(h[k]);
+        for (int k = 0; k < VEC / 2; k++) {
+            dst[2 * k] = __uint_as_float(w[k] << 16);
+            dst[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+        }
+    }
 }
 template <int VEC>
 __device__ __forceinline__ void load_bf16(float (&dst)[VEC], const bf16 *src) {
