@@ -15,7 +15,8 @@
 #   5. with $BUILD/bench/libkernel_timeline.so built (TIMELINE=0 skips it): the step as it runs,
 #      at batch 1 and 64 (CUPTI; scripts/timeline.py --cut encoder_forward): each kernel's
 #      share of the step's critical path, and the idle gaps; at batch 1 also each of a layer's
-#      five calls (timeline.py --period 5)
+#      five calls (timeline.py --period 5); and the decode attention's time a step against the
+#      context, one position longer each step (--trend: its fixed part and a position's cost)
 #   6. with compute-sanitizer on the PATH (SANITIZE=0 skips it): memcheck, racecheck and
 #      synccheck on test_infer_gpu --sanitize (the fused calls at a few shapes and 1, 9, 16 rows)
 # Everything also lands in $OUT_DIR (default $BUILD/decode_check).
@@ -105,8 +106,9 @@ if [ "${TIMELINE:-1}" != 0 ] && [ -f "$TL" ] && command -v python3 > /dev/null; 
         # at batch 1 the fused step: five calls a layer, each with its own line (--period 5)
         period=0; [ "$b" = 1 ] && period=5
         python3 scripts/timeline.py "$OUT_DIR/timeline_b$b.csv" --cut encoder_forward --skip 1 \
-            --last 100 --period $period --name "decode, batch $b" | tee "$OUT_DIR/timeline_b$b.md" |
-            sed -n '/kernel (a step)/,/^$/p; /call of a layer/,/^$/p' | cut -c1-150
+            --last 100 --period $period --trend decode_attention --name "decode, batch $b" |
+            tee "$OUT_DIR/timeline_b$b.md" |
+            sed -n '/kernel (a step)/,/^$/p; /call of a layer/,/^$/p; /kernels named like/,/^$/p' | cut -c1-150
     done
 else
     echo "== 5. skipped (TIMELINE=0, no $TL, or no python3)"

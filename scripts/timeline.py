@@ -3,7 +3,8 @@
 # bench/kernel_timeline.c (a CUPTI injection library) recorded while the program ran as it
 # always runs: kernels back to back, no replay, the clocks of a sustained run. Plain Python.
 #
-# usage: timeline.py RUN.csv [--name NAME] [--skip N] [--cut REGEX] [--last N]
+# usage: timeline.py RUN.csv [--name NAME] [--skip N] [--cut REGEX] [--last N] [--period P]
+#                            [--trend REGEX] [--against OTHER.csv [--against-name NAME]] [--top N]
 #   steps are cut at the optimizer: a cluster of AdamW kernels (others a few apart between them,
 #   as in llm.c) ends a step; the first --skip steps (default 2: start-up and warm-up) are left out.
 #   --cut REGEX: a step starts instead at each kernel whose name matches (a decode step: its
@@ -11,7 +12,10 @@
 #   (a decode benchmark's last phase); --period P (with --cut): the step's activities after the
 #   cut kernel are layers of P calls each (a decode step's five fused calls), and a table gives
 #   each call of a layer its mean over the layers and steps, the activities after the last
-#   whole layer one by one
+#   whole layer one by one; --trend REGEX (with --cut): the running time a step of the kernels
+#   whose name matches, fitted by least squares as a + b * k over the steps k = 0, 1, ... (a
+#   decode benchmark's steps, each one position longer than the one before: b is what a
+#   position more costs, a the fixed part)
 #   --against OTHER.csv [--against-name NAME]: the same steps of another program's timeline (e.g.
 #   llm.c's), and a table of every kernel by name beside it, count and ms a step in each and the
 #   time a call of one over the other's (--top N rows, the largest first; default 30): where the
@@ -136,6 +140,31 @@ def layer_calls(accs, period):
     print()
 
 
+def trend(acts, windows, regex):
+    """[(k, ns)]: the running time of the kernels named like regex in each step window"""
+    pat = re.compile(regex)
+    out = []
+    for k, (t0, t1) in enumerate(windows):
+        out.append((k, sum(a[1] - a[0] for a in acts
+                           if a[2] == "kernel" and a[0] >= t0 and a[1] <= t1 and pat.search(a[3]))))
+    return out
+
+
+def trend_table(points, regex):
+    n = len(points)
+    mk = sum(k for k, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((k - mk) ** 2 for k, _ in points)
+    slope = sum((k - mk) * (y - my) for k, y in points) / sxx if sxx else 0.0
+    print("| kernels named like '%s', a step | us |" % regex)
+    print("|---|--:|")
+    print("| at the first step | %.1f |" % (points[0][1] / 1e3))
+    print("| at the last step (%d) | %.1f |" % (points[-1][0], points[-1][1] / 1e3))
+    print("| fitted: at step 0 (a) | %.1f |" % ((my - slope * mk) / 1e3))
+    print("| fitted: a step more (b) | %.4f |" % (slope / 1e3))
+    print()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("csv")
@@ -147,9 +176,12 @@ def main():
     p.add_argument("--against")
     p.add_argument("--against-name", default="")
     p.add_argument("--top", type=int, default=30)
+    p.add_argument("--trend", default="")
     a = p.parse_args()
+    if a.trend and not a.cut:
+        sys.exit("--trend needs --cut (steps cut at a kernel)")
 
-    def accounts(path):
+    def windows_of(path):
         acts = read(path)
         windows = steps(acts, a.cut)
         windows = windows[a.skip - 1:] if a.skip > 0 else windows
@@ -158,6 +190,10 @@ def main():
         if not windows:
             sys.exit("%s: fewer than %d %s in the timeline" % (
                 path, a.skip + 1, "kernels named like '%s'" % a.cut if a.cut else "optimizer steps"))
+        return acts, windows
+
+    def accounts(path):
+        acts, windows = windows_of(path)
         return [account(acts, t0, t1) for t0, t1 in windows]
 
     accs = accounts(a.csv)
@@ -190,6 +226,11 @@ def main():
         print()
     if a.cut and a.period > 0:
         layer_calls(accs, a.period)
+    if a.trend:
+        acts, windows = windows_of(a.csv)
+        if len(windows) < 2:
+            sys.exit("--trend needs at least 2 steps")
+        trend_table(trend(acts, windows, a.trend), a.trend)
     if other:
         against_table(accs, other, a.name or "this", a.against_name or "other", a.top)
     last = accs[-1]

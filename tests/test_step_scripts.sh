@@ -95,6 +95,27 @@ check "timeline --period: a layer's first call" has "$tmp/per.md" "| 1: _Z11gemv
 check "timeline --period: a layer's second call" has "$tmp/per.md" "| 2: _Z11gemv_kernelPf | 5.00 | 3.00 |"
 check "timeline --period: the cut kernel" has "$tmp/per.md" "| cut: _Z14encoder_kernelPf | 1.00 | 1.00 |"
 check "timeline --period: after the layers" has "$tmp/per.md" "| after: _Z11gemv_kernelPf | 5.00 | 3.00 |"
+# --trend: decode steps whose three attention kernels each take 300 ns more than the step
+# before's (2,000 ns at step 0): 6,000 + 900 k ns a step
+python3 - > "$tmp/trend.csv" <<'PY'
+print("kind,start_ns,end_ns,stream,name")
+t = 0
+for step in range(6):
+    print(f'kernel,{t},{t + 1000},7,"_Z14encoder_kernelPf"'); t += 1000
+    for k in range(3):
+        d = 2000 + 300 * step
+        print(f'kernel,{t},{t + d},7,"_Z11attn_kernelPf"'); t += d
+    print(f'kernel,{t},{t + 500},7,"_Z11gemv_kernelPf"'); t += 500 + 4000
+PY
+python3 scripts/timeline.py "$tmp/trend.csv" --cut encoder --skip 1 --trend attn > "$tmp/trend.md" 2> "$tmp/trend.err"
+check "timeline --trend runs" test $? -eq 0
+check "timeline --trend: the first step" has "$tmp/trend.md" "| at the first step | 6.0 |"
+check "timeline --trend: the last step" has "$tmp/trend.md" "| at the last step (4) | 9.6 |"
+check "timeline --trend: the fixed part" has "$tmp/trend.md" "| fitted: at step 0 (a) | 6.0 |"
+check "timeline --trend: the cost a step more" has "$tmp/trend.md" "| fitted: a step more (b) | 0.9000 |"
+python3 scripts/timeline.py "$tmp/trend.csv" --trend attn > /dev/null 2> "$tmp/trend.err"
+check "timeline --trend without --cut is an error" test $? -ne 0
+check "timeline --trend: says why" has "$tmp/trend.err" "--trend needs --cut"
 python3 scripts/timeline.py "$tmp/dec.csv" --cut nosuchkernel > /dev/null 2> "$tmp/dec.err"
 check "timeline --cut: no such kernel is an error" test $? -ne 0
 check "timeline --cut: says why" has "$tmp/dec.err" "kernels named like 'nosuchkernel'"
