@@ -68,17 +68,25 @@ check "timeline: too few steps is an error" test $? -ne 0
 check "timeline: says why" has "$tmp/short.err" "fewer than 3 optimizer steps"
 
 
-# --cut: decode steps, each an embedding kernel then 3 overlapping kernels (as under PDL: each
-# starts 2 us before the one before ends), then a 4 us gap to the next step's embedding
-python3 - > "$tmp/dec.csv" <<'PY'
+# made_up_decode NAME D0 DK OVERLAP: 6 decode steps, each an embedding kernel (1 us), then 3
+# kernels NAME of D0 + DK * step ns, each starting OVERLAP ns before the one before ends (as
+# under PDL), then a 4 us gap to the next step's embedding
+made_up_decode() {
+    python3 - "$@" <<'PY'
+import sys
+name, d0, dk, overlap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 print("kind,start_ns,end_ns,stream,name")
 t = 0
 for step in range(6):
     print(f'kernel,{t},{t + 1000},7,"_Z14encoder_kernelPf"'); t += 1000
+    d = d0 + dk * step
     for k in range(3):
-        print(f'kernel,{t},{t + 5000},7,"_Z11gemv_kernelPf"'); t += 3000
-    t += 2000 + 4000
+        print(f'kernel,{t},{t + d},7,"{name}"'); t += d - overlap
+    t += overlap + 4000
 PY
+}
+# --cut: 3 kernels of 5 us a step, each starting 2 us before the one before ends
+made_up_decode _Z11gemv_kernelPf 5000 0 2000 > "$tmp/dec.csv"
 python3 scripts/timeline.py "$tmp/dec.csv" --cut encoder --skip 1 --last 3 > "$tmp/dec.md" 2> "$tmp/dec.err"
 check "timeline --cut runs" test $? -eq 0
 # a step: 1 us embedding, 3 gemv ending 3 us apart (the first 5 us after the embedding), 4 us gap
@@ -97,16 +105,7 @@ check "timeline --period: the cut kernel" has "$tmp/per.md" "| cut: _Z14encoder_
 check "timeline --period: after the layers" has "$tmp/per.md" "| after: _Z11gemv_kernelPf | 5.00 | 3.00 |"
 # --trend: decode steps whose three attention kernels each take 300 ns more than the step
 # before's (2,000 ns at step 0): 6,000 + 900 k ns a step
-python3 - > "$tmp/trend.csv" <<'PY'
-print("kind,start_ns,end_ns,stream,name")
-t = 0
-for step in range(6):
-    print(f'kernel,{t},{t + 1000},7,"_Z14encoder_kernelPf"'); t += 1000
-    for k in range(3):
-        d = 2000 + 300 * step
-        print(f'kernel,{t},{t + d},7,"_Z11attn_kernelPf"'); t += d
-    print(f'kernel,{t},{t + 500},7,"_Z11gemv_kernelPf"'); t += 500 + 4000
-PY
+made_up_decode _Z11attn_kernelPf 2000 300 0 > "$tmp/trend.csv"
 python3 scripts/timeline.py "$tmp/trend.csv" --cut encoder --skip 1 --trend attn > "$tmp/trend.md" 2> "$tmp/trend.err"
 check "timeline --trend runs" test $? -eq 0
 check "timeline --trend: the first step" has "$tmp/trend.md" "| at the first step | 6.0 |"
