@@ -337,7 +337,8 @@ const char *const gpt2_recompute_names[RECOMPUTE_LEVELS] = {"none", "GELU", "GEL
 static int recomputed(const GPT2 *model, int act) { return model->recompute >= recompute_levels[act]; }
 
 // the bias gradients' scratch in backward: qkv's (matmul_backward, OC = 3C) and fc's
-// (matmul_gelu_backward, C = 4C); attproj's and fcproj's come with the layernorms' own
+// (matmul_gelu_backward's, over its 4C columns); attproj's and fcproj's come with the
+// layernorms' own
 static size_t matmul_scratch_size(int N, int C) {
     size_t qkv = matmul_backward_scratch_size(N, 3 * C), fc = matmul_backward_scratch_size(N, 4 * C);
     return qkv > fc ? qkv : fc;

@@ -192,12 +192,12 @@ def main():
                 path, a.skip + 1, "kernels named like '%s'" % a.cut if a.cut else "optimizer steps"))
         return acts, windows
 
-    def accounts(path):
-        acts, windows = windows_of(path)
+    def accounts(acts, windows):
         return [account(acts, t0, t1) for t0, t1 in windows]
 
-    accs = accounts(a.csv)
-    other = accounts(a.against) if a.against else None
+    acts, windows = windows_of(a.csv)
+    accs = accounts(acts, windows)
+    other = accounts(*windows_of(a.against)) if a.against else None
     ms = lambda key: sum(x[key] for x in accs) / len(accs) / 1e6
     print("### %s: GPU timeline of a step (CUPTI, as run), mean of %d steps" % (a.name or a.csv, len(accs)))
     print()
@@ -227,7 +227,6 @@ def main():
     if a.cut and a.period > 0:
         layer_calls(accs, a.period)
     if a.trend:
-        acts, windows = windows_of(a.csv)
         if len(windows) < 2:
             sys.exit("--trend needs at least 2 steps")
         trend_table(trend(acts, windows, a.trend), a.trend)
