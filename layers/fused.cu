@@ -80,6 +80,29 @@ struct GemvArgs {
     int N, K, OC, V, epilogue;
 };
 
+// ---- the GEMV's timeline, a measuring tool (off by default) -------------------------------------
+// Build with -DFUSED_TRACE=1 and run with FUSED_TRACE=FILE: every block of every gemv_kernel launch
+// records %globaltimer (ns) where it starts, after pdl_wait, after its input is staged, after the
+// layernorm, and where each warp ends its tiles, with the launch's weight pointer and grid (its
+// identity across steps: a decode step replays the same calls), into a ring of kTraceRecords;
+// at exit the ring goes to FILE and scripts/gemv_trace.py turns it into each call's stages and
+// the gaps between calls. The trace build adds an atomic and a few stores a block.
+#ifndef FUSED_TRACE
+#define FUSED_TRACE 0
+#endif
+#if FUSED_TRACE
+constexpr int kTraceRecords = 1 << 16, kTraceWords = 12;
+// record: [0] weight pointer, [1] blockIdx | gridDim << 32, [2..5] start, waited, staged,
+// normalised, [6..6+kWarps) each warp's end of its tiles
+__device__ unsigned long long g_trace[kTraceRecords][kTraceWords];
+__device__ unsigned long long g_trace_count;
+__device__ __forceinline__ unsigned long long globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+
 // (v, i) is better than (best_v, best_i): larger, or equal and earlier (as logits_argmax)
 __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i) {
     return v > best_v || (v == best_v && i < best_i);
@@ -143,6 +166,17 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     const int N = a.N, K = a.K, OC = a.OC, nchunks = K / 8;
     const int tile_stride = gridDim.x * kWarps * R;
     int row0 = (blockIdx.x * kWarps + warp) * R;   // this warp's first tile of R rows
+#if FUSED_TRACE
+    __shared__ unsigned long long trace_slot;
+    unsigned long long stamps[4];
+    if (threadIdx.x == 0) {
+        stamps[0] = globaltimer();
+        trace_slot = atomicAdd(&g_trace_count, 1ull) % kTraceRecords;
+    }
+#define TRACE_STAMP(i) do { if (threadIdx.x == 0) stamps[i] = globaltimer(); } while (0)
+#else
+#define TRACE_STAMP(i) do { } while (0)
+#endif
 
     // ---- before the wait: this warp's first tile of weights, its bias, the layernorm's
     // weights (none depends on the kernel before)
@@ -181,6 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     const int used = IN == kAttention ? used_splits(*a.att.pos + 1, a.att.split_len) : 0;
     pdl_launch_dependents();
     pdl_wait();
+    TRACE_STAMP(1);
 
     // ---- the input rows into shared memory (through L2: the kernel before just wrote them)
     if constexpr (IN != kAttention) {
@@ -198,6 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
         }
     }
     __syncthreads();
+    TRACE_STAMP(2);
     if (LN) {   // warp n normalises row n in place, as layernorm_forward_kernel computes it
         for (int n = warp; n < N; n += kWarps) {
             int4 *x = xs + n * nchunks;
@@ -238,6 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
         }
         __syncthreads();
     }
+    TRACE_STAMP(3);
 
     // ---- the tiles: after warp_reduce_scatter lane l holds output (row0 + r, n) with
     // r * NR + n = l / kLanes, the same in its kLanes lanes; the first of them writes it
@@ -307,6 +344,17 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
         }
         }
     }
+#if FUSED_TRACE
+    if (lane == 0) {
+        unsigned long long *rec = g_trace[trace_slot];
+        rec[6 + warp] = globaltimer();
+        if (warp == 0) {
+            rec[0] = (unsigned long long)a.weight;
+            rec[1] = blockIdx.x | (unsigned long long)gridDim.x << 32;
+            for (int i = 0; i < 4; i++) rec[2 + i] = stamps[i];
+        }
+    }
+#endif
     if (a.epilogue != kLogits) return;
 
     // ---- argmax: the warp's best per input row (the writing lanes of row n are (n + k NR)
@@ -606,7 +654,29 @@ GemvArgs gemv_args(floatX *out, const floatX *inp, const floatX *lnw, const floa
     return a;
 }
 
+#if FUSED_TRACE
+// at exit: FUSED_TRACE=FILE gets uint64 {records, words, count} and then the ring as it is
+void trace_dump() {
+    const char *path = getenv("FUSED_TRACE");
+    if (!path) return;
+    static unsigned long long host[kTraceRecords][kTraceWords];
+    unsigned long long count = 0;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpyFromSymbol(host, g_trace, sizeof(host)));
+    CUDA_CHECK(cudaMemcpyFromSymbol(&count, g_trace_count, sizeof(count)));
+    const unsigned long long head[3] = {kTraceRecords, kTraceWords, count};
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(head, sizeof(head), 1, f) != 1 || fwrite(host, sizeof(host), 1, f) != 1 ||
+        fclose(f) != 0)
+        die("fused.cu: cannot write the trace to %s", path);
+}
+#endif
+
 void gemv(const GemvArgs &a, int max_blocks) {
+#if FUSED_TRACE
+    static bool registered = false;
+    if (!registered) registered = atexit(trace_dump) == 0;
+#endif
     const int in = a.lnw ? kLayernorm : a.inp ? kInput : kAttention;
     if (a.N <= 1) launch_rows<1>(a, in, max_blocks);
     else if (a.N <= 2) launch_rows<2>(a, in, max_blocks);
