@@ -25,6 +25,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
     ap.add_argument("--steps", type=int, default=4, help="whole steps to average (the last ones)")
+    ap.add_argument("--split", type=int, default=10_000,
+                    help="ns between two blocks' starts that separate launches of one call")
     args = ap.parse_args()
     data = open(args.file, "rb").read()
     if len(data) < 24:
@@ -40,20 +42,23 @@ def main():
         recs.append(r)
     if not recs:
         sys.exit(f"{args.file}: no records")
-    # launches: per (weight, grid), records sorted by start, cut into groups of `grid` blocks
+    # launches: per (weight, grid), records sorted by start, cut where a block starts more than
+    # --split ns after the one before (a call's next launch is a whole step later); a launch
+    # the ring's wrap cut short (not every block of its grid) is left out
     by_key = {}
     for r in recs:
         by_key.setdefault((r[0], r[1] >> 32), []).append(r)
     launches = []
     for (weight, grid), rs in by_key.items():
         rs.sort(key=lambda r: r[2])
-        for i in range(0, len(rs) - grid + 1, grid):
-            group = rs[i:i + grid]
-            if len({r[1] & 0xffffffff for r in group}) != grid:
-                continue   # a launch cut by the ring's wrap
-            if group[-1][2] - group[0][2] > 50_000:
+        group = [rs[0]]
+        for r in rs[1:] + [None]:
+            if r is not None and r[2] - group[-1][2] <= args.split:
+                group.append(r)
                 continue
-            launches.append((weight, grid, group))
+            if len(group) == grid and len({g[1] & 0xffffffff for g in group}) == grid:
+                launches.append((weight, grid, group))
+            group = [r]
     launches.sort(key=lambda l: min(r[3] for r in l[2]))
     lm_grid = max(g for _, g, _ in launches)
     heads = [i for i, l in enumerate(launches) if l[1] == lm_grid]

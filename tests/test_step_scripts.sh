@@ -5,6 +5,7 @@
 #                            wall time split into kernels, copies and gaps, the groups, the gaps
 #   scripts/step_account.py  (ncu's CSV) the second step cut out, llm.c's AdamW kernels with other
 #                            kernels between them taken as one optimizer step
+#   scripts/gemv_trace.py    (a FUSED_TRACE ring) whole decode steps, each call's stages and gaps
 #   scripts/vs_llmc.sh       (--parse: the logs of ours and llm.c) the mean ms of the steps asked
 #                            for, each program's line format, failed and missing runs
 # and that they refuse a run with too few steps or bad options. Ends like the C tests:
@@ -212,5 +213,54 @@ check "vs_llmc: a config without its batch is an error" test $? -ne 0
 check "vs_llmc: says why" has "$tmp/vs.err" "--configs must be MODEL:B pairs"
 scripts/vs_llmc.sh --parse "$tmp/vs" --steps 3 --from 4 > /dev/null 2> "$tmp/vs.err"
 check "vs_llmc: --from past --steps is an error" has "$tmp/vs.err" "--from (4) is past --steps (3)"
+
+# ---- gemv_trace.py ----------------------------------------------------------------------------
+# a FUSED_TRACE ring (layers/fused.cu) of 4 decode steps, each 2 layers of 4 calls (grids 4, 2,
+# 4, 2 blocks) and an LM head (grid 6), one call every 2,500 ns: every block starts at the call's
+# time, waits 1,000 ns, stages in 150, normalises in 300 (calls 1 and 3 and the LM head: the
+# layernorm ones), its warps end 400 ns later, the last block's 200 ns after that.
+made_up_trace() {
+    python3 - "$1" <<'PY'
+import struct, sys
+records, words = 100, 12
+ring, t = [], 1_000_000
+for step in range(4):
+    for i, g in enumerate([4, 2, 4, 2] * 2 + [6]):
+        for b in range(g):
+            wait = t + 1000
+            normed = wait + 150 + (300 if i % 2 == 0 else 0)
+            end = normed + 400 + (200 if b == g - 1 else 0)
+            ring.append([0x1000 * (i + 1), b | g << 32, t, wait, wait + 150, normed] + [end] * 4 + [0, 0])
+        t += 2500
+n = len(ring)   # 120 records in a ring of 100: the first 20 overwritten, as the kernel's modulo does
+slots = [[0] * words for _ in range(records)]
+for k, r in enumerate(ring):
+    slots[k % records] = r
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<3Q", records, words, n))
+    for r in slots:
+        f.write(struct.pack(f"<{words}Q", *r))
+PY
+}
+made_up_trace "$tmp/gemv.trace"
+python3 scripts/gemv_trace.py "$tmp/gemv.trace" --steps 2 > "$tmp/gemv.md" 2> "$tmp/gemv.err"
+check "gemv_trace.py runs" test $? -eq 0
+check "gemv_trace: whole steps in the ring" has "$tmp/gemv.md" "2 steps of 8 layer calls and the LM head"
+# (the ring holds the last 3 1/3 steps: 3 LM heads, 2 whole steps between them, the partial
+# first LM head left out) call 1: wait 1.00 after the start, staged 0.15, normed 0.30, tiles
+# 0.40 + 0.2 / 4 blocks, last end 0.15 + 0.30 + 0.60 = 1.05, the next call's wait 1.45 later
+check "gemv_trace: a layernorm call's stages" has "$tmp/gemv.md" \
+    "| call 1 of 4 (grid 4) | 1.00 | 0.00 | 0.15 | 0.30 | 0.45 | 1.05 | 1.45 | 2.50 |"
+check "gemv_trace: a call without a layernorm" has "$tmp/gemv.md" \
+    "| call 2 of 4 (grid 2) | 1.00 | 0.00 | 0.15 | 0.00 | 0.50 | 0.75 | 1.75 | 2.50 |"
+check "gemv_trace: the LM head, the step's last" has "$tmp/gemv.md" \
+    "| LM head | 1.00 | 0.00 | 0.15 | 0.30 | 0.43 | 1.05 |  |  |"
+python3 - "$tmp/empty.trace" <<'PY'
+import struct, sys
+open(sys.argv[1], "wb").write(struct.pack("<3Q", 4, 12, 0) + bytes(4 * 12 * 8))
+PY
+python3 scripts/gemv_trace.py "$tmp/empty.trace" > /dev/null 2> "$tmp/gemv.err"
+check "gemv_trace: an empty ring is an error" test $? -ne 0
+check "gemv_trace: says why" has "$tmp/gemv.err" "no records"
 
 finish
