@@ -103,6 +103,15 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 }
 #endif
 
+// x / y as --use_fast_math compiles it (div.approx: x times the approximate 1 / y), its product
+// rounded by an explicit mul.rn, which ptxas does not contract into a following add
+__device__ __forceinline__ float div_approx_rounded(float x, float y) {
+    float q;
+    asm("{\n\t.reg .f32 r;\n\trcp.approx.ftz.f32 r, %2;\n\tmul.rn.ftz.f32 %0, %1, r;\n\t}"
+        : "=f"(q) : "f"(x), "f"(y));
+    return q;
+}
+
 // (v, i) is better than (best_v, best_i): larger, or equal and earlier (as logits_argmax)
 __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i) {
     return v > best_v || (v == best_v && i < best_i);
@@ -156,14 +165,16 @@ __device__ __forceinline__ float warp_reduce_scatter(float (&v)[V], int lane) {
 }
 
 // NR: input rows rounded up to a power of two (N <= NR); KC: 16-byte chunks of a weight row
-// per lane; IN: the input rows' source (Input)
-template <int NR, int KC, int IN>
+// per lane; IN: the input rows' source (Input); FULL: K is KC * 256, every lane's KC chunks are
+// in the row (GPT-2 124M's 768 and 3,072), so the compiler drops the chunk bounds and keeps the
+// row's length as a constant in the weight addresses
+template <int NR, int KC, int IN, bool FULL>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     constexpr int R = kLoadsPerLane / KC;   // weight rows per warp
     static_assert(R * NR <= 32, "one lane per output of a warp's tile");
     extern __shared__ int4 xs[];            // (N, K/8) the input rows, 8 bf16 a chunk
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int N = a.N, K = a.K, OC = a.OC, nchunks = K / 8;
+    const int N = a.N, K = FULL ? KC * 256 : a.K, OC = a.OC, nchunks = K / 8;
     const int tile_stride = gridDim.x * kWarps * R;
     int row0 = (blockIdx.x * kWarps + warp) * R;   // this warp's first tile of R rows
 #if FUSED_TRACE
@@ -250,10 +261,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
             };
             float sum = 0.0f;
             each_value([&](float v) { sum += v; });
-            const float m = warp_allreduce_sum(sum) / K;
+            // the mean rounded once on its own (mul.rn cannot be contracted): in straight-line
+            // code (FULL) ptxas folded m's product into each x - m (one FFMA for two roundings),
+            // which changed the row's values; so the layernorm's SASS keeps the operations it had
+            // before FULL (docs/PERF.md, thirteenth session)
+            const float m = div_approx_rounded(warp_allreduce_sum(sum), (float)a.K);
             float sumsq = 0.0f;
             each_value([&](float v) { sumsq += (v - m) * (v - m); });
-            const float s = rsqrtf(warp_allreduce_sum(sumsq) / K + LAYERNORM_EPS);
+            const float s = rsqrtf(warp_allreduce_sum(sumsq) / a.K + LAYERNORM_EPS);
 #pragma unroll
             for (int j = 0; j < KC; j++) {
                 const int c = j * 32 + lane;
@@ -615,13 +630,15 @@ void launch_rows_chunks(const GemvArgs &a, int in, int blocks) {
     // the 48 KiB a kernel gets without asking: asked for once per kernel, on the first call
     // (a decode step's first call runs before its graph capture, runtime/graph.cu)
     constexpr int kMaxSmem = FUSED_MAX_ROWS * kMaxK * sizeof(bf16);
-    static bool asked[3] = {false, false, false};
-    void (*kernel)(GemvArgs) = in == kLayernorm  ? gemv_kernel<NR, KC, kLayernorm>
-                               : in == kAttention ? gemv_kernel<NR, KC, kAttention>
-                                                  : gemv_kernel<NR, KC, kInput>;
-    if (!asked[in]) {
+    static bool asked[3][2] = {};
+    const bool full = a.K == KC * 256;
+    void (*kernel)(GemvArgs) =
+        in == kLayernorm  ? (full ? gemv_kernel<NR, KC, kLayernorm, true> : gemv_kernel<NR, KC, kLayernorm, false>)
+        : in == kAttention ? (full ? gemv_kernel<NR, KC, kAttention, true> : gemv_kernel<NR, KC, kAttention, false>)
+                           : (full ? gemv_kernel<NR, KC, kInput, true> : gemv_kernel<NR, KC, kInput, false>);
+    if (!asked[in][full]) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-        asked[in] = true;
+        asked[in][full] = true;
     }
     launch_pdl(kernel, blocks, kThreads, (size_t)a.N * a.K * sizeof(bf16), a);
 }
