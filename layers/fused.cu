@@ -54,7 +54,7 @@ namespace {
 constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kLoadsPerLane = 12;          // R * KC: 16-byte weight loads in flight per lane
 constexpr int kMaxK = 32 * 8 * 12;         // 3072: the largest K of one pass (KC = 12)
-// the LM head's grid-stride loop: blocks per SM, all the registers allow (155 a thread). Its warps
+// the LM head's grid-stride loop: blocks per SM, all the registers allow (156 a thread). Its warps
 // are issue-bound (ncu at batch 1: an instruction every 7.6 cycles a warp, the issue slots 24%
 // busy, DRAM 63%), so a third block an SM is more warps to issue from: 28.3 -> 26.6 us alone,
 // +2% tokens/s at batch 1 (docs/PERF.md, thirteenth session)
