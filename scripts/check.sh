@@ -58,6 +58,7 @@ stage "receipt script (no GPU)" bash tests/run_tests.sh tests/test_receipt.sh
 stage "step scripts (no GPU)"   bash tests/run_tests.sh tests/test_step_scripts.sh
 stage "racecheck verdict (no GPU)" bash tests/run_tests.sh tests/test_racecheck_verdict.sh
 stage "flash trace script (no GPU)" bash tests/run_tests.sh tests/test_flash_trace.sh
+stage "decode A/B script (CPU)" bash tests/run_tests.sh tests/test_decode_ab.sh
 if [ ! -x fuzz/run.sh ]; then
     echo "=== fuzzing: skipped, fuzz/run.sh is missing or not executable"
     skipped=$((skipped + 1))
