@@ -20,6 +20,8 @@ import argparse
 import struct
 import sys
 
+ENDS = slice(6, 10)   # a record's words of the block's 4 warps' ends (layers/fused.cu, kWarps)
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,10 +77,10 @@ def main():
             start = min(r[2] for r in group)
             wait0 = min(r[3] for r in group)
             wait1 = max(r[3] for r in group)
-            end = max(max(r[6:6 + 4]) for r in group)
+            end = max(max(r[ENDS]) for r in group)
             staged = sum(r[4] - r[3] for r in group) / grid
             normed = sum(r[5] - r[4] for r in group) / grid
-            tiles = sum(max(r[6:6 + 4]) - r[5] for r in group) / grid
+            tiles = sum(max(r[ENDS]) - r[5] for r in group) / grid
             nxt = s[i + 1][2] if i + 1 < len(s) else None
             next_wait = min(r[3] for r in nxt) if nxt else None
             vals = [wait0 - start, wait1 - wait0, staged, normed, tiles, end - wait0,
@@ -95,8 +97,8 @@ def main():
     for key, acc in sums.items():
         cells = [f"{a / n / 1e3:.2f}" if n else "" for a, n in acc]
         print(f"| {key} | " + " | ".join(cells) + " |")
-    first = min(min(r[3] for r in s[0][2]) for s in steps[-1:])
-    last = max(max(max(r[6:10]) for r in l[2]) for l in steps[-1])
+    first = min(r[3] for r in steps[-1][0][2])
+    last = max(max(r[ENDS]) for l in steps[-1] for r in l[2])
     print(f"\nthe last step: {(last - first) / 1e3:.1f} us from the first call's wait to the LM head's tiles done")
 
 
