@@ -35,8 +35,11 @@ __global__ void __launch_bounds__(CE_THREADS)
 
     bf16 *x = logits + (size_t)blockIdx.x * Vp;
     const int target = targets[blockIdx.x];
+    // the target's logit: from the staged row after pass 1 (a load here, dependent on the target's,
+    // held warp 0's first vectors back by a DRAM round trip, about 0.17 ms of a d12 B=64 step);
+    // unstaged, read here, before pass 2 writes over it
     float target_logit = 0.0f;
-    if (threadIdx.x == 0) target_logit = __bfloat162float(x[target]);   // before pass 2 writes
+    if (!STAGE && threadIdx.x == 0) target_logit = __bfloat162float(x[target]);
 
     // CE_UNROLL vectors per round, all loaded before any is used, to keep loads in flight
     MaxSum ms{-INFINITY, 0.0f};
@@ -76,6 +79,7 @@ __global__ void __launch_bounds__(CE_THREADS)
     if (threadIdx.x % 32 == 0) warp_results[threadIdx.x / 32] = ms;
     __syncthreads();
     if (threadIdx.x == 0) {
+        if (STAGE) target_logit = __bfloat162float(staged[target]);
         MaxSum total = warp_results[0];
         for (int w = 1; w < CE_THREADS / 32; w++) total = maxsum_combine(total, warp_results[w]);
         row_result = total;

@@ -1,7 +1,9 @@
-// fused.cu: the decode step's fused calls on CUDA (layers.h): at N <= FUSED_MAX_ROWS rows, one
-// GEMV kernel each; up to FUSED_TC_MAX_ROWS, a layernorm kernel and a tensor-core kernel of the
-// same plan (gemm_rows_kernel, below); with more rows, the plain layers (fused_plain.h:
-// cuBLASLt's tensor-core GEMMs, which win once a weight row serves many input rows).
+// fused.cu: the decode step's fused calls on CUDA (layers.h): at one row, a GEMV kernel each
+// (gemv_kernel); at 2 to FUSED_MAX_ROWS rows, the same call with its products on tensor cores
+// (gemv_tc_kernel); up to FUSED_TC_MAX_ROWS, a layernorm kernel and a tensor-core kernel with
+// K split across a cluster (gemm_rows_kernel, below); with more rows, the plain layers
+// (fused_plain.h: cuBLASLt's tensor-core GEMMs, which win once a weight row serves many input
+// rows).
 //
 // Why a GEMV of its own: at batch 1 a decode step reads 249 MB of weights (60 us at the H200's
 // ~4.2 TB/s) but took 504 us as some 150 kernels of a few microseconds each. Each matrix of
@@ -10,23 +12,23 @@
 // memory latencies and its launch, not by bandwidth. Hence:
 //   - each kernel is the whole of its layers (layernorm + matmul + bias [+ GELU] [+ residual]),
 //     so a layer is four of these and the attention (decode_attention.cu);
-//   - every lane issues all its weight loads at once (R rows x KC chunks of 16 bytes, about
-//     12 loads), so the whole matrix is in flight in one round trip;
+//   - every lane issues all its weight loads at once (12 loads of 16 bytes), so the whole matrix
+//     is in flight in one round trip;
 //   - those loads are issued before pdl_wait (the weights do not depend on the kernel before):
 //     with programmatic dependent launch (runtime/cuda_common.cuh) the weights stream while
 //     the previous kernel finishes, and the launch gap is hidden.
-// The block: 4 warps; warp w owns R consecutive weight rows (OC), its lanes split the K
-// columns in 16-byte chunks (chunk c = j * 32 + lane, j < KC), so a warp reads each row with
-// fully coalesced 512-byte loads. The N input rows are staged in shared memory as bf16 (N, K),
-// layer-normed there when the call has a layernorm; every weight chunk is used for all N rows.
-// fp32 accumulation, then the warp's R * NR sums reduced together (warp_reduce_scatter: R * NR
-// - 1 + 5 - log2(R * NR) shuffles, where one reduction per sum took 5 R * NR, a chain of 20 at
-// batch 1), and one lane per output writes it. R * KC = 12 keeps the weight registers at 48:
-// KC = 3 (K <= 768), R = 4; KC = 12 (K <= 3072), R = 1. Larger K goes the plain way.
+// gemv_kernel's block: 4 warps; warp w owns R consecutive weight rows (OC), its lanes split the
+// K columns in 16-byte chunks (chunk c = j * 32 + lane, j < KC), so a warp reads each row with
+// fully coalesced 512-byte loads. The input row is staged in shared memory as bf16 (K),
+// layer-normed there when the call has a layernorm. fp32 FMAs, then the warp's R sums reduced
+// together (warp_reduce_scatter: R - 1 + 5 - log2(R) shuffles), and one lane per output writes
+// it. R * KC = 12 keeps the weight registers at 48: KC = 3 (K <= 768), R = 4; KC = 12 (K <=
+// 3072), R = 1. Larger K goes the plain way. gemv_tc_kernel's plan is at its definition.
 //
 // Numerics: the layernorm is layernorm.cu's computation in the same order (the same bits);
 // the matmul output is rounded to bf16 before GELU and before the residual add, as the plain
-// layers round it; only the matmul's summation order differs from cuBLASLt's.
+// layers round it; only the matmul's summation order differs from cuBLASLt's (and between the
+// one-row and the tensor-core kernels).
 //
 // The attention's output projection (attention_matmul_residual_step) at one row stages its
 // input from the decode attention's split records (decode_attention.cuh), combining them on
@@ -127,16 +129,6 @@ __device__ __forceinline__ void warp_best(float &best_v, int &best_i, int lowest
     }
 }
 
-// best over the block's warps of input row n, from their bests in shared memory
-template <int NR>
-__device__ __forceinline__ void block_best(float &best_v, int &best_i, const float (*warp_v)[NR],
-                                           const int (*warp_i)[NR], int n) {
-    best_v = warp_v[0][n];
-    best_i = warp_i[0][n];
-    for (int k = 1; k < kWarps; k++)
-        if (better(warp_v[k][n], warp_i[k][n], best_v, best_i)) { best_v = warp_v[k][n]; best_i = warp_i[k][n]; }
-}
-
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // The sums over the warp's 32 lanes of a lane's V values (V a power of two, at most 32), by a
@@ -164,17 +156,190 @@ __device__ __forceinline__ float warp_reduce_scatter(float (&v)[V], int lane) {
     return v[0];
 }
 
-// NR: input rows rounded up to a power of two (N <= NR); KC: 16-byte chunks of a weight row
-// per lane; IN: the input rows' source (Input); FULL: K is KC * 256, every lane's KC chunks are
-// in the row (GPT-2 124M's 768 and 3,072), so the compiler drops the chunk bounds and keeps the
-// row's length as a constant in the weight addresses
-template <int NR, int KC, int IN, bool FULL>
-__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
+// ---- the input rows, as both GEMV kernels stage them ---------------------------------------------
+// The layernorm's weights at K <= 768 (KC <= 3; GPT-2 124M), loaded before the wait with the
+// matrix's: at KC = 12 they would not fit beside it in registers, and are read where used.
+template <int KC, int IN>
+__device__ __forceinline__ void load_ln_weights(int4 (&lnw)[KC], int4 (&lnb)[KC], const GemvArgs &a,
+                                                int nchunks, int lane) {
+#pragma unroll
+    for (int j = 0; j < KC; j++) {
+        const int c = j * 32 + lane;
+        lnw[j] = lnb[j] = make_int4(0, 0, 0, 0);
+        if (IN == kLayernorm && KC <= 3 && c < nchunks) {
+            lnw[j] = *reinterpret_cast<const int4 *>(a.lnw + c * 8);
+            lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
+        }
+    }
+}
+
+// The N input rows into shared memory, xs (N, K/8), after the wait (through L2: the kernel before
+// just wrote them). A thread's chunks go in batches of BATCH, every load of a batch issued before its
+// first store (held in registers beside the weights: gemv_kernel takes just its row's): at K = 3,072 a thread stages 3 chunks a row, which a plain strided loop issued as
+// 3 dependent round trips (1.02 us against 0.44 at K = 768, docs/PERF.md, fourteenth session).
+// kAttention: the attention's output, combined from its splits' records, rounded as it rounds;
+// `used` is its splits that hold positions.
+template <int IN, int BATCH>
+__device__ __forceinline__ void stage_rows(int4 *xs, const GemvArgs &a, int N, int nchunks, int used) {
+    const int total = N * nchunks, threads = blockDim.x;
+    if constexpr (IN != kAttention) {
+        const int4 *src = reinterpret_cast<const int4 *>(a.inp);
+        for (int s0 = 0; s0 < total; s0 += BATCH * threads) {
+            int4 v[BATCH];
+#pragma unroll
+            for (int b = 0; b < BATCH; b++) {
+                const int i = s0 + threadIdx.x + b * threads;
+                if (i < total) v[b] = __ldcg(src + i);
+            }
+#pragma unroll
+            for (int b = 0; b < BATCH; b++) {
+                const int i = s0 + threadIdx.x + b * threads;
+                if (i < total) xs[i] = v[b];
+            }
+        }
+    } else {
+        const DecodeRecords &r = a.att;
+        for (int i = threadIdx.x; i < total; i += threads) {
+            const int n = i / nchunks, channel = (i % nchunks) * 8;
+            const int h = channel / r.HS;
+            float v[8];
+            combine_splits<8>(v, r.records + (size_t)(n * r.NH + h) * r.splits * record_floats(r.HS),
+                              used, r.HS, channel % r.HS);
+            store_bf16<8>(reinterpret_cast<bf16 *>(&xs[i]), v);
+        }
+    }
+}
+
+// Warp n layer-norms staged row n in place, as layernorm_forward_kernel computes it (the same
+// bits); lane l takes the row's chunks c = j * 32 + l. warps: the block's (a constant where it is
+// one: with blockDim's the one-row kernel took 187 registers instead of 128)
+template <int KC>
+__device__ __forceinline__ void layernorm_rows(int4 *xs, const GemvArgs &a, int N, int nchunks,
+                                               const int4 (&lnw)[KC], const int4 (&lnb)[KC], int warps) {
+    constexpr bool kEarly = KC <= 3;   // load_ln_weights loaded them
+    const int lane = threadIdx.x % 32;
+    for (int n = threadIdx.x / 32; n < N; n += warps) {
+        int4 *x = xs + n * nchunks;
+        auto each_value = [&](auto f) {   // this lane's values of the row, in order
+#pragma unroll
+            for (int j = 0; j < KC; j++) {
+                const int c = j * 32 + lane;
+                if (c >= nchunks) break;
+                float xv[8];
+                unpack_bf16<8>(xv, x[c]);
+#pragma unroll
+                for (int k = 0; k < 8; k++) f(xv[k]);
+            }
+        };
+        float sum = 0.0f;
+        each_value([&](float v) { sum += v; });
+        // the mean rounded once on its own (mul.rn cannot be contracted): in straight-line code
+        // (FULL) ptxas folded m's product into each x - m (one FFMA for two roundings), which
+        // changed the row's values; so the layernorm's SASS keeps the operations it had before
+        // FULL (docs/PERF.md, thirteenth session)
+        const float m = div_approx_rounded(warp_allreduce_sum(sum), (float)a.K);
+        float sumsq = 0.0f;
+        each_value([&](float v) { sumsq += (v - m) * (v - m); });
+        const float s = rsqrtf(warp_allreduce_sum(sumsq) / a.K + LAYERNORM_EPS);
+#pragma unroll
+        for (int j = 0; j < KC; j++) {
+            const int c = j * 32 + lane;
+            if (c >= nchunks) break;
+            float xv[8], wv[8], bv[8], y[8];
+            unpack_bf16<8>(xv, x[c]);
+            if (kEarly) {
+                unpack_bf16<8>(wv, lnw[j]);
+                unpack_bf16<8>(bv, lnb[j]);
+            } else {
+                load_bf16<8>(wv, a.lnw + c * 8);
+                load_bf16<8>(bv, a.lnb + c * 8);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) y[k] = (xv[k] - m) * s * wv[k] + bv[k];
+            store_bf16<8>(reinterpret_cast<bf16 *>(&x[c]), y);
+        }
+    }
+}
+
+// the epilogue of output (input row n, channel row) with its matmul sum v; kLogits also keeps the
+// thread's best (value, index)
+__device__ __forceinline__ void write_output(const GemvArgs &a, int n, int row, float v, float bias,
+                                             float residual, float &best_v, int &best_i) {
+    bf16 *out = a.out + (size_t)n * a.OC + row;
+    switch (a.epilogue) {
+    case kBias: *out = __float2bfloat16_rn(v + bias); break;
+    case kBiasGelu: *out = __float2bfloat16_rn(gelu_value(round_bf16(v + bias))); break;
+    case kBiasResidual: *out = __float2bfloat16_rn(residual + round_bf16(v + bias)); break;
+    case kLogits: {
+        const bf16 logit = __float2bfloat16_rn(v);
+        *out = logit;
+        if (row < a.V && better(__bfloat162float(logit), row, best_v, best_i)) {
+            best_v = __bfloat162float(logit);
+            best_i = row;
+        }
+    }
+    }
+}
+
+// The LM head's argmax across the grid, after each block has stored its best per input row in
+// best_v, best_i: the last block to finish (the last-block pattern of runtime/cuda_common.cuh)
+// reads all the blocks' bests with all its threads (thread k takes blocks k, k + blockDim, ...: one
+// L2 round trip, where one thread per row walking 264 blocks took some 20 us at batch 1), then
+// the warps' and the block's. `better` is a total order, so the result does not depend on who
+// compared what. NR: the most input rows (N <= NR); warp_v, warp_i: (warps, 8) in shared memory,
+// free to use; warps: the block's (a constant where it is one).
+template <int NR>
+__device__ __forceinline__ void grid_argmax(const GemvArgs &a, float (*warp_v)[8], int (*warp_i)[8], int warps) {
+    __shared__ bool last;
+    const int N = a.N, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __syncthreads();   // every best of this block is stored
+    if (threadIdx.x == 0) {
+        last = atomic_add_acq_rel(a.counter, 1u) == gridDim.x - 1;
+        if (last) *a.counter = 0;   // for the next call (stream-ordered after this kernel)
+    }
+    __syncthreads();
+    if (!last) return;
+    float bv[NR];
+    int bi[NR];
+#pragma unroll
+    for (int n = 0; n < NR; n++) { bv[n] = -FLT_MAX; bi[n] = 0x7fffffff; }
+    for (unsigned blk = threadIdx.x; blk < gridDim.x; blk += blockDim.x) {
+#pragma unroll
+        for (int n = 0; n < NR; n++) {
+            if (n >= N) break;
+            const float v = __ldcg(a.best_v + blk * N + n);
+            const int i = __ldcg(a.best_i + blk * N + n);
+            if (better(v, i, bv[n], bi[n])) { bv[n] = v; bi[n] = i; }
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < NR; n++) {
+        if (n >= N) break;
+        warp_best(bv[n], bi[n], 1);
+        if (lane == 0) { warp_v[warp][n] = bv[n]; warp_i[warp][n] = bi[n]; }
+    }
+    __syncthreads();
+    if (threadIdx.x >= N) return;
+    const int n = threadIdx.x;
+    float best = warp_v[0][n];
+    int index = warp_i[0][n];
+    for (int k = 1; k < warps; k++)
+        if (better(warp_v[k][n], warp_i[k][n], best, index)) { best = warp_v[k][n]; index = warp_i[k][n]; }
+    a.argmax[n] = index < a.V ? index : 0;   // rows of NaNs: index 0, as logits_argmax
+}
+
+// ---- one row: gemv_kernel ------------------------------------------------------------------------
+// KC: 16-byte chunks of a weight row per lane; IN: the input row's source (Input); FULL: K is
+// KC * 256, every lane's KC chunks are in the row (GPT-2 124M's 768 and 3,072), so the compiler
+// drops the chunk bounds and keeps the row's length as a constant in the weight addresses
+// (at most 168 registers for the LN calls: the LM head is one of them and runs kLogitsBlocksPerSM
+// blocks an SM)
+template <int KC, int IN, bool FULL>
+__global__ void __launch_bounds__(kThreads, IN == kLayernorm && KC == 3 ? 4 : 1) gemv_kernel(const GemvArgs a) {
     constexpr int R = kLoadsPerLane / KC;   // weight rows per warp
-    static_assert(R * NR <= 32, "one lane per output of a warp's tile");
-    extern __shared__ int4 xs[];            // (N, K/8) the input rows, 8 bf16 a chunk
+    extern __shared__ int4 xs[];            // (1, K/8) the input row, 8 bf16 a chunk
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int N = a.N, K = FULL ? KC * 256 : a.K, OC = a.OC, nchunks = K / 8;
+    const int K = FULL ? KC * 256 : a.K, OC = a.OC, nchunks = K / 8;
     const int tile_stride = gridDim.x * kWarps * R;
     int row0 = (blockIdx.x * kWarps + warp) * R;   // this warp's first tile of R rows
 #if FUSED_TRACE
@@ -207,20 +372,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
         }
     };
     load_tile(row0);
-    // the layernorm's weights too at K <= 768 (GPT-2 124M); at KC = 12 they would not fit
-    // beside the matrix's in registers, and are read where they are used
-    constexpr bool LN = IN == kLayernorm;
-    constexpr bool kLnEarly = LN && KC <= 3;
     int4 lnw[KC], lnb[KC];
-#pragma unroll
-    for (int j = 0; j < KC; j++) {
-        const int c = j * 32 + lane;
-        lnw[j] = lnb[j] = make_int4(0, 0, 0, 0);
-        if (kLnEarly && c < nchunks) {
-            lnw[j] = *reinterpret_cast<const int4 *>(a.lnw + c * 8);
-            lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
-        }
-    }
+    load_ln_weights<KC, IN>(lnw, lnb, a, nchunks, lane);
     // the attention's splits that hold positions: the position was written before the kernel
     // before this one started (as the attention reads it), so it loads with the weights
     const int used = IN == kAttention ? used_splits(*a.att.pos + 1, a.att.split_len) : 0;
@@ -228,121 +381,43 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
     pdl_wait();
     TRACE_STAMP(1);
 
-    // ---- the input rows into shared memory (through L2: the kernel before just wrote them)
-    if constexpr (IN != kAttention) {
-        // a thread's chunks loaded in batches of up to 6, all of a batch in flight before its
-        // first store: at K = 3,072 a thread stages 3 chunks a row, which a plain strided loop
-        // issued as 3 dependent round trips (1.02 us against 0.44 at K = 768, docs/PERF.md)
-        constexpr int kSteps = (NR * KC * 32 + kThreads - 1) / kThreads, kBatch = kSteps < 6 ? kSteps : 6;
-        const int total = N * nchunks;
-        const int4 *src = reinterpret_cast<const int4 *>(a.inp);
-        for (int s0 = 0; s0 < kSteps; s0 += kBatch) {
-            int4 v[kBatch];
-#pragma unroll
-            for (int b = 0; b < kBatch; b++) {
-                const int i = threadIdx.x + (s0 + b) * kThreads;
-                if (i < total) v[b] = __ldcg(src + i);
-            }
-#pragma unroll
-            for (int b = 0; b < kBatch; b++) {
-                const int i = threadIdx.x + (s0 + b) * kThreads;
-                if (i < total) xs[i] = v[b];
-            }
-        }
-    } else {   // the attention's output, combined from its splits' records, rounded as it rounds
-        const DecodeRecords &r = a.att;
-        for (int i = threadIdx.x; i < N * nchunks; i += kThreads) {
-            const int n = i / nchunks, channel = (i % nchunks) * 8;
-            const int h = channel / r.HS;
-            float v[8];
-            combine_splits<8>(v, r.records + (size_t)(n * r.NH + h) * r.splits * record_floats(r.HS),
-                              used, r.HS, channel % r.HS);
-            store_bf16<8>(reinterpret_cast<bf16 *>(&xs[i]), v);
-        }
-    }
+    stage_rows<IN, (KC * 32 + kThreads - 1) / kThreads>(xs, a, 1, nchunks, used);
     __syncthreads();
     TRACE_STAMP(2);
-    if (LN) {   // warp n normalises row n in place, as layernorm_forward_kernel computes it
-        for (int n = warp; n < N; n += kWarps) {
-            int4 *x = xs + n * nchunks;
-            auto each_value = [&](auto f) {   // this lane's values of the row, in order
-#pragma unroll
-                for (int j = 0; j < KC; j++) {
-                    const int c = j * 32 + lane;
-                    if (c >= nchunks) break;
-                    float xv[8];
-                    unpack_bf16<8>(xv, x[c]);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) f(xv[k]);
-                }
-            };
-            float sum = 0.0f;
-            each_value([&](float v) { sum += v; });
-            // the mean rounded once on its own (mul.rn cannot be contracted): in straight-line
-            // code (FULL) ptxas folded m's product into each x - m (one FFMA for two roundings),
-            // which changed the row's values; so the layernorm's SASS keeps the operations it had
-            // before FULL (docs/PERF.md, thirteenth session)
-            const float m = div_approx_rounded(warp_allreduce_sum(sum), (float)a.K);
-            float sumsq = 0.0f;
-            each_value([&](float v) { sumsq += (v - m) * (v - m); });
-            const float s = rsqrtf(warp_allreduce_sum(sumsq) / a.K + LAYERNORM_EPS);
-#pragma unroll
-            for (int j = 0; j < KC; j++) {
-                const int c = j * 32 + lane;
-                if (c >= nchunks) break;
-                float xv[8], wv[8], bv[8], y[8];
-                unpack_bf16<8>(xv, x[c]);
-                if (kLnEarly) {
-                    unpack_bf16<8>(wv, lnw[j]);
-                    unpack_bf16<8>(bv, lnb[j]);
-                } else {
-                    load_bf16<8>(wv, a.lnw + c * 8);
-                    load_bf16<8>(bv, a.lnb + c * 8);
-                }
-#pragma unroll
-                for (int k = 0; k < 8; k++) y[k] = (xv[k] - m) * s * wv[k] + bv[k];
-                store_bf16<8>(reinterpret_cast<bf16 *>(&x[c]), y);
-            }
-        }
+    if (IN == kLayernorm) {   // warp 0 normalises the row (a.N, which is 1 here: given the
+        // constant, ptxas laid the layernorm out in 184 registers instead of 128)
+        layernorm_rows<KC>(xs, a, a.N, nchunks, lnw, lnb, kWarps);
         __syncthreads();
     }
     TRACE_STAMP(3);
 
-    // ---- the tiles: after warp_reduce_scatter lane l holds output (row0 + r, n) with
-    // r * NR + n = l / kLanes, the same in its kLanes lanes; the first of them writes it
-    constexpr int kLanes = 32 / (R * NR);
-    const int my_r = lane / kLanes / NR, my_n = lane / kLanes % NR;
-    const bool writes = lane % kLanes == 0 && my_n < N;
+    // ---- the tiles: after warp_reduce_scatter lane l holds output row0 + l / kLanes, the same
+    // in its kLanes lanes; the first of them writes it
+    constexpr int kLanes = 32 / R;
+    const int my_r = lane / kLanes;
+    const bool writes = lane % kLanes == 0;
     float best_v = -FLT_MAX;   // kLogits: this lane's best over its outputs
     int best_i = 0x7fffffff;
     for (; row0 < OC; row0 += tile_stride) {   // warp-uniform
         const int my_row = row0 + my_r;
         // the residual this lane adds to, in flight during the products
         float residual = 0.0f;
-        if (a.epilogue == kBiasResidual && writes && my_row < OC)
-            residual = __bfloat162float(__ldcg(a.out + (size_t)my_n * OC + my_row));
-        float acc[R][NR];
+        if (a.epilogue == kBiasResidual && writes && my_row < OC) residual = __bfloat162float(__ldcg(a.out + my_row));
+        float acc[R];
 #pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int n = 0; n < NR; n++) acc[r][n] = 0.0f;
+        for (int r = 0; r < R; r++) acc[r] = 0.0f;
 #pragma unroll
         for (int j = 0; j < KC; j++) {
             const int c = j * 32 + lane;
             if (c >= nchunks) break;
-            float wf[R][8];
+            float wf[R][8], xv[8];
 #pragma unroll
             for (int r = 0; r < R; r++) unpack_bf16<8>(wf[r], w[r][j]);
+            unpack_bf16<8>(xv, xs[c]);
 #pragma unroll
-            for (int n = 0; n < NR; n++) {
-                if (n >= N) break;
-                float xv[8];
-                unpack_bf16<8>(xv, xs[n * nchunks + c]);
+            for (int r = 0; r < R; r++)
 #pragma unroll
-                for (int r = 0; r < R; r++)
-#pragma unroll
-                    for (int k = 0; k < 8; k++) acc[r][n] += wf[r][k] * xv[k];
-            }
+                for (int k = 0; k < 8; k++) acc[r] += wf[r][k] * xv[k];
         }
         // the next tile's weights in flight while this one is reduced and written
         const float tile_bias = [&] {
@@ -353,28 +428,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
             return b;
         }();
         if (row0 + tile_stride < OC) load_tile(row0 + tile_stride);
-
-        float sums[R * NR];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int n = 0; n < NR; n++) sums[r * NR + n] = acc[r][n];
-        const float v = warp_reduce_scatter<R * NR>(sums, lane);
-        if (!writes || my_row >= OC) continue;
-        bf16 *out = a.out + (size_t)my_n * OC + my_row;
-        switch (a.epilogue) {
-        case kBias: *out = __float2bfloat16_rn(v + tile_bias); break;
-        case kBiasGelu: *out = __float2bfloat16_rn(gelu_value(round_bf16(v + tile_bias))); break;
-        case kBiasResidual: *out = __float2bfloat16_rn(residual + round_bf16(v + tile_bias)); break;
-        case kLogits: {
-            const bf16 logit = __float2bfloat16_rn(v);
-            *out = logit;
-            if (my_row < a.V && better(__bfloat162float(logit), my_row, best_v, best_i)) {
-                best_v = __bfloat162float(logit);
-                best_i = my_row;
-            }
-        }
-        }
+        const float v = warp_reduce_scatter<R>(acc, lane);
+        if (writes && my_row < OC) write_output(a, 0, my_row, v, tile_bias, residual, best_v, best_i);
     }
 #if FUSED_TRACE
     if (lane == 0) {
@@ -389,67 +444,155 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
 #endif
     if (a.epilogue != kLogits) return;
 
-    // ---- argmax: the warp's best per input row (the writing lanes of row n are (n + k NR)
-    // kLanes, 32 / R apart: after these steps lane n kLanes holds it), then the block's, then,
-    // in the last block to finish, the grid's
-    warp_best(best_v, best_i, 32 / R);
-    __shared__ float warp_v[kWarps][NR];
-    __shared__ int warp_i[kWarps][NR];
-    __shared__ bool last;
-    if (lane % kLanes == 0 && lane / kLanes < NR) {
-        warp_v[warp][lane / kLanes] = best_v;
-        warp_i[warp][lane / kLanes] = best_i;
-    }
+    // ---- argmax: the warp's best (its writing lanes are kLanes apart: after these steps lane 0
+    // holds it), the block's, then the grid's
+    warp_best(best_v, best_i, kLanes);
+    __shared__ float warp_v[kWarps][8];
+    __shared__ int warp_i[kWarps][8];
+    if (lane == 0) { warp_v[warp][0] = best_v; warp_i[warp][0] = best_i; }
     __syncthreads();
-    if (threadIdx.x < N) {
-        const int n = threadIdx.x;
-        float bv;
-        int bi;
-        block_best<NR>(bv, bi, warp_v, warp_i, n);
-        a.best_v[blockIdx.x * N + n] = bv;
-        a.best_i[blockIdx.x * N + n] = bi;
+    if (threadIdx.x == 0) {
+        float bv = warp_v[0][0];
+        int bi = warp_i[0][0];
+        for (int k = 1; k < kWarps; k++)
+            if (better(warp_v[k][0], warp_i[k][0], bv, bi)) { bv = warp_v[k][0]; bi = warp_i[k][0]; }
+        a.best_v[blockIdx.x] = bv;
+        a.best_i[blockIdx.x] = bi;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {   // the last-block pattern of runtime/cuda_common.cuh
-        last = atomic_add_acq_rel(a.counter, 1u) == gridDim.x - 1;
-        if (last) *a.counter = 0;   // for the next call (stream-ordered after this kernel)
-    }
-    __syncthreads();
-    if (!last) return;
-    // The grid's bests, read by all the block's threads (thread k takes blocks k, k + 128, ...;
-    // one L2 round trip, where one thread per row walking 264 blocks took some 20 us at batch
-    // 1), then the warps' and the block's bests as above. `better` is a total order, so the
-    // result does not depend on who compared what.
-    float bv[NR];
-    int bi[NR];
+    grid_argmax<1>(a, warp_v, warp_i, kWarps);
+}
+
+// ---- 2 to 8 rows: gemv_tc_kernel, the products on tensor cores -----------------------------------
+// The same call as gemv_kernel (weights loaded before pdl_wait, the input rows staged and
+// layer-normed in shared memory, one pass, the epilogue fused), with the products on mma.sync:
+// gemv_kernel's FFMAs grow with the rows (96 a lane for each row of a 4 x 768 tile, and as many
+// bf16 unpacks), where one mma.sync m16n8k16 takes a 16-byte weight load as it is for up to 16
+// rows. Measured against gemv_kernel (docs/PERF.md, fourteenth session): +5% tokens/s at 2 rows,
+// +17% at 4, +59% at 8, but 7% slower at one row, which therefore stays on gemv_kernel.
+// The tile: the weights as B (n = 8 output channels: lane (g, t) loads 16 bytes of channel
+// row0 + g at columns 32j + 8t.., the k order inside a 32-column chunk permuted as
+// gemm_rows_kernel's, so that the 16 bytes are its B fragments of 2 k-steps) and the staged rows
+// as A (m = input row: rows g < N of 16, rows 8..15 zero). A warp owns 8 channels and kTcChunks
+// = 12 chunks of 32 columns (12 loads a lane in flight, 48 registers, as gemv_kernel); `ksplit`
+// warps share a channel group's K (2 at K = 768, 8 at 3,072), their fp32 sums meeting in shared
+// memory and added in warp order. A block is 2 groups of 8 channels at ksplit = 2, else one.
+// Numerics: mma.sync's fp32 sums (four accumulators a warp on alternate k-steps, added pairwise),
+// then the warps' in order: another summation order than gemv_kernel's, rounding and epilogues
+// as its.
+constexpr int kTcChunks = 12;   // 32-column chunks of K per warp
+
+__host__ __device__ __forceinline__ void gemv_tc_shape(int K, int &ksplit, int &groups) {
+    ksplit = max(2, (K + 32 * kTcChunks - 1) / (32 * kTcChunks));
+    groups = ksplit == 2 ? 2 : 1;   // channel groups of 8 a block
+}
+
+// KC: the layernorm's chunks a lane (K <= KC * 256); IN, FULL as gemv_kernel's. A block is 128
+// threads at K <= 768 (KC = 3), up to 256 above
+template <int KC, int IN, bool FULL>
+__global__ void __launch_bounds__(KC == 3 ? 128 : 256, KC == 3 ? 3 : 1) gemv_tc_kernel(const GemvArgs a) {
+    // dynamic shared memory only: the input rows (N, K/8), 8 bf16 a chunk, then the warps' sums,
+    // two buffers of [warp][input row][channel] (a static array measured slower at one row)
+    extern __shared__ int4 xs[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int N = a.N, K = FULL ? KC * 256 : a.K, OC = a.OC, nchunks = K / 8;
+    const int warps = blockDim.x / 32;
+    float2 *red = reinterpret_cast<float2 *>(xs + N * nchunks);   // 2 x warps * 32 float2
+    int ksplit, groups;
+    gemv_tc_shape(K, ksplit, groups);
+    const int rows = 8 * groups, group = warp / ksplit, slice = warp % ksplit;
+    const int nch32 = (K + 31) / 32, first_chunk = slice * kTcChunks;
+    const int tile_stride = gridDim.x * rows;
+    int row0 = blockIdx.x * rows;
+    // the output this thread adds up and writes (threads < rows * 8): input row `on`, channel
+    // row0 + orow
+    const int on = threadIdx.x / rows, orow = threadIdx.x % rows;
+    const bool writes = threadIdx.x < rows * 8 && on < N;
+
+    // ---- before the wait: this warp's first tile of weights, the thread's bias, the
+    // layernorm's weights
+    int4 w[kTcChunks];
+    auto load_tile = [&](int first_row) {
+        const int wrow = first_row + group * 8 + g;
 #pragma unroll
-    for (int n = 0; n < NR; n++) { bv[n] = -FLT_MAX; bi[n] = 0x7fffffff; }
-    for (unsigned blk = threadIdx.x; blk < gridDim.x; blk += kThreads) {
-#pragma unroll
-        for (int n = 0; n < NR; n++) {
-            if (n >= N) break;
-            const float v = __ldcg(a.best_v + blk * N + n);
-            const int i = __ldcg(a.best_i + blk * N + n);
-            if (better(v, i, bv[n], bi[n])) { bv[n] = v; bi[n] = i; }
+        for (int i = 0; i < kTcChunks; i++) {
+            const int col = 32 * (first_chunk + i) + 8 * t;
+            w[i] = make_int4(0, 0, 0, 0);
+            if (wrow < OC && col < K) w[i] = load_streaming(a.weight + (size_t)wrow * K + col);
         }
-    }
-#pragma unroll
-    for (int n = 0; n < NR; n++) {
-        if (n >= N) break;
-        warp_best(bv[n], bi[n], 1);
-        if (lane == 0) { warp_v[warp][n] = bv[n]; warp_i[warp][n] = bi[n]; }
-    }
+    };
+    load_tile(row0);
+    float bias = writes && a.bias && row0 + orow < OC ? __bfloat162float(a.bias[row0 + orow]) : 0.0f;
+    int4 lnw[KC], lnb[KC];
+    load_ln_weights<KC, IN>(lnw, lnb, a, nchunks, lane);
+    const int used = IN == kAttention ? used_splits(*a.att.pos + 1, a.att.split_len) : 0;
+    pdl_launch_dependents();
+    pdl_wait();
+
+    stage_rows<IN, 6>(xs, a, N, nchunks, used);
     __syncthreads();
-    if (threadIdx.x >= N) return;
-    const int n = threadIdx.x;
-    float best;
-    int index;
-    block_best<NR>(best, index, warp_v, warp_i, n);
-    a.argmax[n] = index < a.V ? index : 0;   // rows of NaNs: index 0, as logits_argmax
+    if (IN == kLayernorm) {
+        layernorm_rows<KC>(xs, a, N, nchunks, lnw, lnb, warps);
+        __syncthreads();
+    }
+
+    // ---- the tiles
+    const int4 *xrow = xs + min(g, N - 1) * nchunks;   // lanes of rows past N: sums never used
+    float best_v = -FLT_MAX;   // kLogits: this thread's best over its outputs
+    int best_i = 0x7fffffff;
+    for (int tile = 0; row0 < OC; row0 += tile_stride, tile++) {   // block-uniform
+        float residual = 0.0f;
+        if (a.epilogue == kBiasResidual && writes && row0 + orow < OC)
+            residual = __bfloat162float(__ldcg(a.out + (size_t)on * OC + row0 + orow));
+        float acc[4][4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kTcChunks; i++) {
+            if (first_chunk + i >= nch32) break;   // warp-uniform
+            const int c = 4 * (first_chunk + i) + t;
+            const int4 x = FULL || c < nchunks ? xrow[c] : make_int4(0, 0, 0, 0);
+            const uint32_t k0[4] = {(uint32_t)x.x, 0u, (uint32_t)x.y, 0u};
+            const uint32_t k1[4] = {(uint32_t)x.z, 0u, (uint32_t)x.w, 0u};
+            mma_bf16(acc[(2 * i) % 4], k0, (uint32_t)w[i].x, (uint32_t)w[i].y);
+            mma_bf16(acc[(2 * i + 1) % 4], k1, (uint32_t)w[i].z, (uint32_t)w[i].w);
+        }
+        // the next tile's weights in flight while this one is added up and written
+        if (row0 + tile_stride < OC) load_tile(row0 + tile_stride);
+        // C(g, 2t), C(g, 2t + 1): input row g, channels 2t, 2t + 1 of the warp's group
+        float2 *buf = red + (tile % 2) * warps * 32;
+        if (g < N)
+            buf[((warp * 8 + g) * 8 + 2 * t) / 2] =
+                make_float2((acc[0][0] + acc[1][0]) + (acc[2][0] + acc[3][0]),
+                            (acc[0][1] + acc[1][1]) + (acc[2][1] + acc[3][1]));
+        __syncthreads();   // (two buffers: a tile's sums are read before the next but one is written)
+        if (!writes || row0 + orow >= OC) continue;
+        if (tile > 0 && a.bias) bias = __bfloat162float(a.bias[row0 + orow]);
+        const float *sums = reinterpret_cast<const float *>(buf);
+        const int ow = orow / 8 * ksplit, oc = orow % 8;   // the output's first warp, its channel
+        float v = sums[(ow * 8 + on) * 8 + oc];
+        for (int s = 1; s < ksplit; s++) v += sums[((ow + s) * 8 + on) * 8 + oc];
+        write_output(a, on, row0 + orow, v, bias, residual, best_v, best_i);
+    }
+    if (a.epilogue != kLogits) return;
+
+    // ---- argmax: the block's best per input row (its `rows` threads are consecutive lanes of
+    // one warp), then the grid's
+    for (int offset = rows / 2; offset >= 1; offset >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
+        const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+        if (better(v, i, best_v, best_i)) { best_v = v; best_i = i; }
+    }
+    if (writes && orow == 0) {
+        a.best_v[blockIdx.x * N + on] = best_v;
+        a.best_i[blockIdx.x * N + on] = best_i;
+    }
+    // the warps' bests in the sums' buffers, free once grid_argmax's first barrier is passed
+    // (two barriers past their last read)
+    grid_argmax<FUSED_MAX_ROWS>(a, reinterpret_cast<float (*)[8]>(red), reinterpret_cast<int (*)[8]>(red + warps * 32), warps);
 }
 
 // ---- 9 to 16 rows: tensor cores -----------------------------------------------------------------
-// Above FUSED_MAX_ROWS a weight row serves too many input rows for the GEMV's FMAs, and the
+// Above FUSED_MAX_ROWS (the GEMV kernels fill at most the first 8 rows of an m16 tile), the
 // plain path's cuBLASLt GEMMs (4-7 us each, for 1.2-4.7 MB of weights) are bound by their start
 // and end, not by the weights. This kernel is the GEMV's plan on tensor cores: all of a block's
 // weights loaded before pdl_wait, the input rows staged once, one pass, the epilogue fused. (The
@@ -641,33 +784,43 @@ bool gemv_fits(int N, int K, const void *inp, const void *weight) {
            is_aligned16(inp) && is_aligned16(weight);
 }
 
-template <int NR, int KC>
-void launch_rows_chunks(const GemvArgs &a, int in, int blocks) {
-    // dynamic shared memory up to 8 * 3072 * 2 = 48 KiB, which with the static arrays is past
-    // the 48 KiB a kernel gets without asking: asked for once per kernel, on the first call
-    // (a decode step's first call runs before its graph capture, runtime/graph.cu)
-    constexpr int kMaxSmem = FUSED_MAX_ROWS * kMaxK * sizeof(bf16);
-    static bool asked[3][2] = {};
-    const bool full = a.K == KC * 256;
-    void (*kernel)(GemvArgs) =
-        in == kLayernorm  ? (full ? gemv_kernel<NR, KC, kLayernorm, true> : gemv_kernel<NR, KC, kLayernorm, false>)
-        : in == kAttention ? (full ? gemv_kernel<NR, KC, kAttention, true> : gemv_kernel<NR, KC, kAttention, false>)
-                           : (full ? gemv_kernel<NR, KC, kInput, true> : gemv_kernel<NR, KC, kInput, false>);
-    if (!asked[in][full]) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-        asked[in][full] = true;
+// gemv_kernel (one row) or gemv_tc_kernel (2 to 8 rows) for this call: the kernel for its input
+// and K; gemv_tc_kernel's dynamic shared memory (the rows and the warps' sums) goes past the 48 KiB
+// a kernel gets without asking at 8 rows of 3,072: asked for once per kernel, on its first call
+// (a decode step's first call runs before its graph capture, runtime/graph.cu)
+template <int KC>
+void launch_gemv(const GemvArgs &a, int in, int max_blocks) {
+    const bool tc = a.N > 1, full = a.K == KC * 256;
+    void (*kernel)(GemvArgs);
+    if (tc) {
+        kernel = in == kLayernorm  ? (full ? gemv_tc_kernel<KC, kLayernorm, true> : gemv_tc_kernel<KC, kLayernorm, false>)
+                 : in == kAttention ? (full ? gemv_tc_kernel<KC, kAttention, true> : gemv_tc_kernel<KC, kAttention, false>)
+                                    : (full ? gemv_tc_kernel<KC, kInput, true> : gemv_tc_kernel<KC, kInput, false>);
+        constexpr int kMaxSmem = FUSED_MAX_ROWS * kMaxK * sizeof(bf16) + 2 * 8 * 32 * sizeof(float2);
+        static bool asked[3][2] = {};
+        if (!asked[in][full]) {
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+            asked[in][full] = true;
+        }
+    } else {
+        kernel = in == kLayernorm  ? (full ? gemv_kernel<KC, kLayernorm, true> : gemv_kernel<KC, kLayernorm, false>)
+                 : in == kAttention ? (full ? gemv_kernel<KC, kAttention, true> : gemv_kernel<KC, kAttention, false>)
+                                    : (full ? gemv_kernel<KC, kInput, true> : gemv_kernel<KC, kInput, false>);
     }
-    launch_pdl(kernel, blocks, kThreads, (size_t)a.N * a.K * sizeof(bf16), a);
-}
-
-template <int NR>
-void launch_rows(const GemvArgs &a, int in, int max_blocks) {
-    const int KC = a.K <= 32 * 8 * 3 ? 3 : 12;
-    const int rows_per_block = kWarps * (kLoadsPerLane / KC);
-    int blocks = ceil_div(a.OC, rows_per_block);
-    if (blocks > max_blocks) blocks = max_blocks;
-    if (KC == 3) launch_rows_chunks<NR, 3>(a, in, blocks);
-    else launch_rows_chunks<NR, 12>(a, in, blocks);
+    int threads, rows_per_block;
+    size_t smem = (size_t)a.N * a.K * sizeof(bf16);
+    if (tc) {
+        int ksplit, groups;
+        gemv_tc_shape(a.K, ksplit, groups);
+        threads = 32 * ksplit * groups;
+        rows_per_block = 8 * groups;
+        smem += 2 * (threads / 32) * 32 * sizeof(float2);
+    } else {
+        threads = kThreads;
+        rows_per_block = kWarps * (kLoadsPerLane / KC);
+    }
+    const int blocks = std::min(ceil_div(a.OC, rows_per_block), max_blocks);
+    launch_pdl(kernel, blocks, threads, smem, a);
 }
 
 // the arguments of every call: its tensors (lnw, lnb NULL without a layernorm, bias NULL for
@@ -712,10 +865,8 @@ void gemv(const GemvArgs &a, int max_blocks) {
     if (!registered) registered = atexit(trace_dump) == 0;
 #endif
     const int in = a.lnw ? kLayernorm : a.inp ? kInput : kAttention;
-    if (a.N <= 1) launch_rows<1>(a, in, max_blocks);
-    else if (a.N <= 2) launch_rows<2>(a, in, max_blocks);
-    else if (a.N <= 4) launch_rows<4>(a, in, max_blocks);
-    else launch_rows<8>(a, in, max_blocks);
+    if (a.K <= 32 * 8 * 3) launch_gemv<3>(a, in, max_blocks);
+    else launch_gemv<12>(a, in, max_blocks);
     LAUNCH_CHECK();
 }
 

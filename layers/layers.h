@@ -176,8 +176,8 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
 // after another. A decode step has a row per sequence, N = B; at a few rows its matmuls are
 // matrix-vector products bound by reading the weights, and at batch 1 the step's time went to
 // the boundaries between some 150 small kernels. On CUDA with N <= FUSED_MAX_ROWS each call is
-// one GEMV kernel that loads its weights before waiting for the kernel before it (runtime/
-// cuda_common.cuh, PDL); with more rows (tensor-core GEMMs win there) and on the CPU, the
+// one GEMV kernel (FMAs at one row, tensor cores at 2 to 8) that loads its weights before waiting
+// for the kernel before it (runtime/cuda_common.cuh, PDL); with more rows (tensor-core GEMMs win there) and on the CPU, the
 // layers above one after another (layers/fused_plain.h), which is also what the fused kernels
 // are tested against. Both round where the layers do (layernorm output, matmul output, GELU
 // output to floatX), so the fused results differ from the layers' only by summation order.

@@ -4,7 +4,7 @@
 // writes bit for bit, the argmax, and the model's KV-cached decoding (through a CUDA graph)
 // against recomputing the whole sequence. Prints SKIP and passes where there is no GPU.
 // --sanitize: the cache writes, the argmax and the fused calls at a few shapes and row counts
-// only (1, 9, 16 rows: the GEMV and the tensor-core kernel), small enough for
+// only (1, 4, 9, 16 rows: gemv_kernel, gemv_tc_kernel, gemm_rows_kernel), small enough for
 // compute-sanitizer's racecheck and synccheck.
 //
 // Tolerances: attention_decode relative 1e-2 (its output is rounded to bf16, 2^-9 relative,
@@ -195,7 +195,8 @@ static void test_argmax(unsigned long long *rng) {
 
 // ----------------------------------------------------------------------------------------
 // the decode step's fused calls against the plain layers they fuse, on the same GPU: at
-// N <= FUSED_MAX_ROWS they are GEMV kernels of their own (layers/fused.cu), up to
+// N <= FUSED_MAX_ROWS they are GEMV kernels of their own (layers/fused.cu: FMAs at one row,
+// tensor cores at 2-8), up to
 // FUSED_TC_MAX_ROWS a tensor-core kernel (the layernorm before it a kernel of its own), above it
 // the plain layers themselves. Tolerance relative 1e-2: both round their outputs to bf16 and sum in
 // other orders; the argmax of the LM head must be exactly the first argmax of its own logits.
@@ -212,7 +213,7 @@ static void test_fused_calls(unsigned long long *rng) {
     // (C, OC): GPT-2 124M's QKV and FC (K = 768, KC = 3), its projections from 4C (K = 3072,
     // KC = 12), a small model's (K = 256), a K that is no multiple of 256
     int shapes[][2] = {{768, 2304}, {3072, 768}, {768, 3072}, {256, 1024}, {1024, 256}, {200, 72}};
-    // 1-8: the GEMV kernels; 9-16: the tensor-core kernel (rows past N in its m-tile as zeros),
+    // 1: gemv_kernel; 2-8: gemv_tc_kernel; 9-16: gemm_rows_kernel (rows past N in its m-tile as zeros),
     // or the plain path where a shape does not fit it; 17, 64: the plain path, GELU and add in
     // cuBLASLt's epilogue
     int rows[] = {1, 2, 3, 4, 8, 9, 13, 16, 17, 64};
@@ -220,7 +221,7 @@ static void test_fused_calls(unsigned long long *rng) {
     for (size_t k = 0; k < nshapes; k++) {
         int C = shapes[k][0], OC = shapes[k][1];
         for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
-            if (sanitize_mode && rows[r] != 1 && rows[r] != 9 && rows[r] != 16) continue;
+            if (sanitize_mode && rows[r] != 1 && rows[r] != 4 && rows[r] != 9 && rows[r] != 16) continue;
             int N = rows[r];
             float *h = malloc((size_t)(N * C + 2 * C + OC * C + OC + N * OC) * sizeof(float));
             float *got = malloc((size_t)N * OC * sizeof(float)), *want = malloc((size_t)N * OC * sizeof(float));
