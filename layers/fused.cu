@@ -129,6 +129,16 @@ __device__ __forceinline__ void warp_best(float &best_v, int &best_i, int lowest
     }
 }
 
+// best over the block's warps of input row n, from their bests in shared memory
+template <int NR>
+__device__ __forceinline__ void block_best(float &best_v, int &best_i, const float (*warp_v)[NR],
+                                           const int (*warp_i)[NR], int n) {
+    best_v = warp_v[0][n];
+    best_i = warp_i[0][n];
+    for (int k = 1; k < kWarps; k++)
+        if (better(warp_v[k][n], warp_i[k][n], best_v, best_i)) { best_v = warp_v[k][n]; best_i = warp_i[k][n]; }
+}
+
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // The sums over the warp's 32 lanes of a lane's V values (V a power of two, at most 32), by a
@@ -156,7 +166,12 @@ __device__ __forceinline__ float warp_reduce_scatter(float (&v)[V], int lane) {
     return v[0];
 }
 
-// ---- the input rows, as both GEMV kernels stage them ---------------------------------------------
+// ---- the input rows, as gemv_tc_kernel stages them -----------------------------------------------
+// The same staging and layernorm as gemv_kernel's, which keeps its own copy inline: called
+// through these, ptxas laid the one-row kernel out otherwise (its LN calls at 155-189 registers
+// where 128, and other schedules) and batch 1 measured 2.3% slower with the same arithmetic
+// (docs/PERF.md, fourteenth session, call 7); inline, its SASS is 3f893fa's, instruction for
+// instruction.
 // The layernorm's weights at K <= 768 (KC <= 3; GPT-2 124M), loaded before the wait with the
 // matrix's: at KC = 12 they would not fit beside it in registers, and are read where used.
 template <int KC, int IN>
@@ -331,15 +346,17 @@ __device__ __forceinline__ void grid_argmax(const GemvArgs &a, float (*warp_v)[8
 // ---- one row: gemv_kernel ------------------------------------------------------------------------
 // KC: 16-byte chunks of a weight row per lane; IN: the input row's source (Input); FULL: K is
 // KC * 256, every lane's KC chunks are in the row (GPT-2 124M's 768 and 3,072), so the compiler
-// drops the chunk bounds and keeps the row's length as a constant in the weight addresses
-// (at most 168 registers for the LN calls: the LM head is one of them and runs kLogitsBlocksPerSM
-// blocks an SM)
+// drops the chunk bounds and keeps the row's length as a constant in the weight addresses. The
+// body is written for NR input rows (it took up to 8 before gemv_tc_kernel) and kept so at NR = 1:
+// its SASS is the one measured (see the staging helpers above)
 template <int KC, int IN, bool FULL>
-__global__ void __launch_bounds__(kThreads, IN == kLayernorm && KC == 3 ? 4 : 1) gemv_kernel(const GemvArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
+    constexpr int NR = 1;                   // input rows
     constexpr int R = kLoadsPerLane / KC;   // weight rows per warp
-    extern __shared__ int4 xs[];            // (1, K/8) the input row, 8 bf16 a chunk
+    static_assert(R * NR <= 32, "one lane per output of a warp's tile");
+    extern __shared__ int4 xs[];            // (N, K/8) the input rows, 8 bf16 a chunk
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int K = FULL ? KC * 256 : a.K, OC = a.OC, nchunks = K / 8;
+    const int N = a.N, K = FULL ? KC * 256 : a.K, OC = a.OC, nchunks = K / 8;
     const int tile_stride = gridDim.x * kWarps * R;
     int row0 = (blockIdx.x * kWarps + warp) * R;   // this warp's first tile of R rows
 #if FUSED_TRACE
@@ -372,8 +389,20 @@ __global__ void __launch_bounds__(kThreads, IN == kLayernorm && KC == 3 ? 4 : 1)
         }
     };
     load_tile(row0);
+    // the layernorm's weights too at K <= 768 (GPT-2 124M); at KC = 12 they would not fit
+    // beside the matrix's in registers, and are read where they are used
+    constexpr bool LN = IN == kLayernorm;
+    constexpr bool kLnEarly = LN && KC <= 3;
     int4 lnw[KC], lnb[KC];
-    load_ln_weights<KC, IN>(lnw, lnb, a, nchunks, lane);
+#pragma unroll
+    for (int j = 0; j < KC; j++) {
+        const int c = j * 32 + lane;
+        lnw[j] = lnb[j] = make_int4(0, 0, 0, 0);
+        if (kLnEarly && c < nchunks) {
+            lnw[j] = *reinterpret_cast<const int4 *>(a.lnw + c * 8);
+            lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
+        }
+    }
     // the attention's splits that hold positions: the position was written before the kernel
     // before this one started (as the attention reads it), so it loads with the weights
     const int used = IN == kAttention ? used_splits(*a.att.pos + 1, a.att.split_len) : 0;
@@ -381,43 +410,121 @@ __global__ void __launch_bounds__(kThreads, IN == kLayernorm && KC == 3 ? 4 : 1)
     pdl_wait();
     TRACE_STAMP(1);
 
-    stage_rows<IN, (KC * 32 + kThreads - 1) / kThreads>(xs, a, 1, nchunks, used);
+    // ---- the input rows into shared memory (through L2: the kernel before just wrote them)
+    if constexpr (IN != kAttention) {
+        // a thread's chunks loaded in batches of up to 6, all of a batch in flight before its
+        // first store: at K = 3,072 a thread stages 3 chunks a row, which a plain strided loop
+        // issued as 3 dependent round trips (1.02 us against 0.44 at K = 768, docs/PERF.md)
+        constexpr int kSteps = (NR * KC * 32 + kThreads - 1) / kThreads, kBatch = kSteps < 6 ? kSteps : 6;
+        const int total = N * nchunks;
+        const int4 *src = reinterpret_cast<const int4 *>(a.inp);
+        for (int s0 = 0; s0 < kSteps; s0 += kBatch) {
+            int4 v[kBatch];
+#pragma unroll
+            for (int b = 0; b < kBatch; b++) {
+                const int i = threadIdx.x + (s0 + b) * kThreads;
+                if (i < total) v[b] = __ldcg(src + i);
+            }
+#pragma unroll
+            for (int b = 0; b < kBatch; b++) {
+                const int i = threadIdx.x + (s0 + b) * kThreads;
+                if (i < total) xs[i] = v[b];
+            }
+        }
+    } else {   // the attention's output, combined from its splits' records, rounded as it rounds
+        const DecodeRecords &r = a.att;
+        for (int i = threadIdx.x; i < N * nchunks; i += kThreads) {
+            const int n = i / nchunks, channel = (i % nchunks) * 8;
+            const int h = channel / r.HS;
+            float v[8];
+            combine_splits<8>(v, r.records + (size_t)(n * r.NH + h) * r.splits * record_floats(r.HS),
+                              used, r.HS, channel % r.HS);
+            store_bf16<8>(reinterpret_cast<bf16 *>(&xs[i]), v);
+        }
+    }
     __syncthreads();
     TRACE_STAMP(2);
-    if (IN == kLayernorm) {   // warp 0 normalises the row (a.N, which is 1 here: given the
-        // constant, ptxas laid the layernorm out in 184 registers instead of 128)
-        layernorm_rows<KC>(xs, a, a.N, nchunks, lnw, lnb, kWarps);
+    if (LN) {   // warp n normalises row n in place, as layernorm_forward_kernel computes it
+        for (int n = warp; n < N; n += kWarps) {
+            int4 *x = xs + n * nchunks;
+            auto each_value = [&](auto f) {   // this lane's values of the row, in order
+#pragma unroll
+                for (int j = 0; j < KC; j++) {
+                    const int c = j * 32 + lane;
+                    if (c >= nchunks) break;
+                    float xv[8];
+                    unpack_bf16<8>(xv, x[c]);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) f(xv[k]);
+                }
+            };
+            float sum = 0.0f;
+            each_value([&](float v) { sum += v; });
+            // the mean rounded once on its own (mul.rn cannot be contracted): in straight-line
+            // code (FULL) ptxas folded m's product into each x - m (one FFMA for two roundings),
+            // which changed the row's values; so the layernorm's SASS keeps the operations it had
+            // before FULL (docs/PERF.md, thirteenth session)
+            const float m = div_approx_rounded(warp_allreduce_sum(sum), (float)a.K);
+            float sumsq = 0.0f;
+            each_value([&](float v) { sumsq += (v - m) * (v - m); });
+            const float s = rsqrtf(warp_allreduce_sum(sumsq) / a.K + LAYERNORM_EPS);
+#pragma unroll
+            for (int j = 0; j < KC; j++) {
+                const int c = j * 32 + lane;
+                if (c >= nchunks) break;
+                float xv[8], wv[8], bv[8], y[8];
+                unpack_bf16<8>(xv, x[c]);
+                if (kLnEarly) {
+                    unpack_bf16<8>(wv, lnw[j]);
+                    unpack_bf16<8>(bv, lnb[j]);
+                } else {
+                    load_bf16<8>(wv, a.lnw + c * 8);
+                    load_bf16<8>(bv, a.lnb + c * 8);
+                }
+#pragma unroll
+                for (int k = 0; k < 8; k++) y[k] = (xv[k] - m) * s * wv[k] + bv[k];
+                store_bf16<8>(reinterpret_cast<bf16 *>(&x[c]), y);
+            }
+        }
         __syncthreads();
     }
     TRACE_STAMP(3);
 
-    // ---- the tiles: after warp_reduce_scatter lane l holds output row0 + l / kLanes, the same
-    // in its kLanes lanes; the first of them writes it
-    constexpr int kLanes = 32 / R;
-    const int my_r = lane / kLanes;
-    const bool writes = lane % kLanes == 0;
+    // ---- the tiles: after warp_reduce_scatter lane l holds output (row0 + r, n) with
+    // r * NR + n = l / kLanes, the same in its kLanes lanes; the first of them writes it
+    constexpr int kLanes = 32 / (R * NR);
+    const int my_r = lane / kLanes / NR, my_n = lane / kLanes % NR;
+    const bool writes = lane % kLanes == 0 && my_n < N;
     float best_v = -FLT_MAX;   // kLogits: this lane's best over its outputs
     int best_i = 0x7fffffff;
     for (; row0 < OC; row0 += tile_stride) {   // warp-uniform
         const int my_row = row0 + my_r;
         // the residual this lane adds to, in flight during the products
         float residual = 0.0f;
-        if (a.epilogue == kBiasResidual && writes && my_row < OC) residual = __bfloat162float(__ldcg(a.out + my_row));
-        float acc[R];
+        if (a.epilogue == kBiasResidual && writes && my_row < OC)
+            residual = __bfloat162float(__ldcg(a.out + (size_t)my_n * OC + my_row));
+        float acc[R][NR];
 #pragma unroll
-        for (int r = 0; r < R; r++) acc[r] = 0.0f;
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int n = 0; n < NR; n++) acc[r][n] = 0.0f;
 #pragma unroll
         for (int j = 0; j < KC; j++) {
             const int c = j * 32 + lane;
             if (c >= nchunks) break;
-            float wf[R][8], xv[8];
+            float wf[R][8];
 #pragma unroll
             for (int r = 0; r < R; r++) unpack_bf16<8>(wf[r], w[r][j]);
-            unpack_bf16<8>(xv, xs[c]);
 #pragma unroll
-            for (int r = 0; r < R; r++)
+            for (int n = 0; n < NR; n++) {
+                if (n >= N) break;
+                float xv[8];
+                unpack_bf16<8>(xv, xs[n * nchunks + c]);
 #pragma unroll
-                for (int k = 0; k < 8; k++) acc[r] += wf[r][k] * xv[k];
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int k = 0; k < 8; k++) acc[r][n] += wf[r][k] * xv[k];
+            }
         }
         // the next tile's weights in flight while this one is reduced and written
         const float tile_bias = [&] {
@@ -428,8 +535,28 @@ __global__ void __launch_bounds__(kThreads, IN == kLayernorm && KC == 3 ? 4 : 1)
             return b;
         }();
         if (row0 + tile_stride < OC) load_tile(row0 + tile_stride);
-        const float v = warp_reduce_scatter<R>(acc, lane);
-        if (writes && my_row < OC) write_output(a, 0, my_row, v, tile_bias, residual, best_v, best_i);
+
+        float sums[R * NR];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int n = 0; n < NR; n++) sums[r * NR + n] = acc[r][n];
+        const float v = warp_reduce_scatter<R * NR>(sums, lane);
+        if (!writes || my_row >= OC) continue;
+        bf16 *out = a.out + (size_t)my_n * OC + my_row;
+        switch (a.epilogue) {
+        case kBias: *out = __float2bfloat16_rn(v + tile_bias); break;
+        case kBiasGelu: *out = __float2bfloat16_rn(gelu_value(round_bf16(v + tile_bias))); break;
+        case kBiasResidual: *out = __float2bfloat16_rn(residual + round_bf16(v + tile_bias)); break;
+        case kLogits: {
+            const bf16 logit = __float2bfloat16_rn(v);
+            *out = logit;
+            if (my_row < a.V && better(__bfloat162float(logit), my_row, best_v, best_i)) {
+                best_v = __bfloat162float(logit);
+                best_i = my_row;
+            }
+        }
+        }
     }
 #if FUSED_TRACE
     if (lane == 0) {
@@ -444,22 +571,63 @@ __global__ void __launch_bounds__(kThreads, IN == kLayernorm && KC == 3 ? 4 : 1)
 #endif
     if (a.epilogue != kLogits) return;
 
-    // ---- argmax: the warp's best (its writing lanes are kLanes apart: after these steps lane 0
-    // holds it), the block's, then the grid's
-    warp_best(best_v, best_i, kLanes);
-    __shared__ float warp_v[kWarps][8];
-    __shared__ int warp_i[kWarps][8];
-    if (lane == 0) { warp_v[warp][0] = best_v; warp_i[warp][0] = best_i; }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float bv = warp_v[0][0];
-        int bi = warp_i[0][0];
-        for (int k = 1; k < kWarps; k++)
-            if (better(warp_v[k][0], warp_i[k][0], bv, bi)) { bv = warp_v[k][0]; bi = warp_i[k][0]; }
-        a.best_v[blockIdx.x] = bv;
-        a.best_i[blockIdx.x] = bi;
+    // ---- argmax: the warp's best per input row (the writing lanes of row n are (n + k NR)
+    // kLanes, 32 / R apart: after these steps lane n kLanes holds it), then the block's, then,
+    // in the last block to finish, the grid's
+    warp_best(best_v, best_i, 32 / R);
+    __shared__ float warp_v[kWarps][NR];
+    __shared__ int warp_i[kWarps][NR];
+    __shared__ bool last;
+    if (lane % kLanes == 0 && lane / kLanes < NR) {
+        warp_v[warp][lane / kLanes] = best_v;
+        warp_i[warp][lane / kLanes] = best_i;
     }
-    grid_argmax<1>(a, warp_v, warp_i, kWarps);
+    __syncthreads();
+    if (threadIdx.x < N) {
+        const int n = threadIdx.x;
+        float bv;
+        int bi;
+        block_best<NR>(bv, bi, warp_v, warp_i, n);
+        a.best_v[blockIdx.x * N + n] = bv;
+        a.best_i[blockIdx.x * N + n] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {   // the last-block pattern of runtime/cuda_common.cuh
+        last = atomic_add_acq_rel(a.counter, 1u) == gridDim.x - 1;
+        if (last) *a.counter = 0;   // for the next call (stream-ordered after this kernel)
+    }
+    __syncthreads();
+    if (!last) return;
+    // The grid's bests, read by all the block's threads (thread k takes blocks k, k + 128, ...;
+    // one L2 round trip, where one thread per row walking 264 blocks took some 20 us at batch
+    // 1), then the warps' and the block's bests as above. `better` is a total order, so the
+    // result does not depend on who compared what.
+    float bv[NR];
+    int bi[NR];
+#pragma unroll
+    for (int n = 0; n < NR; n++) { bv[n] = -FLT_MAX; bi[n] = 0x7fffffff; }
+    for (unsigned blk = threadIdx.x; blk < gridDim.x; blk += kThreads) {
+#pragma unroll
+        for (int n = 0; n < NR; n++) {
+            if (n >= N) break;
+            const float v = __ldcg(a.best_v + blk * N + n);
+            const int i = __ldcg(a.best_i + blk * N + n);
+            if (better(v, i, bv[n], bi[n])) { bv[n] = v; bi[n] = i; }
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < NR; n++) {
+        if (n >= N) break;
+        warp_best(bv[n], bi[n], 1);
+        if (lane == 0) { warp_v[warp][n] = bv[n]; warp_i[warp][n] = bi[n]; }
+    }
+    __syncthreads();
+    if (threadIdx.x >= N) return;
+    const int n = threadIdx.x;
+    float best;
+    int index;
+    block_best<NR>(best, index, warp_v, warp_i, n);
+    a.argmax[n] = index < a.V ? index : 0;   // rows of NaNs: index 0, as logits_argmax
 }
 
 // ---- 2 to 8 rows: gemv_tc_kernel, the products on tensor cores -----------------------------------
@@ -787,25 +955,25 @@ bool gemv_fits(int N, int K, const void *inp, const void *weight) {
 // gemv_kernel (one row) or gemv_tc_kernel (2 to 8 rows) for this call: the kernel for its input
 // and K; gemv_tc_kernel's dynamic shared memory (the rows and the warps' sums) goes past the 48 KiB
 // a kernel gets without asking at 8 rows of 3,072: asked for once per kernel, on its first call
-// (a decode step's first call runs before its graph capture, runtime/graph.cu)
+// (a decode step's first call runs before its graph capture, runtime/graph.cu). gemv_kernel asks
+// for the 48 KiB it asked for when it took 8 rows, so that its launches are the ones measured.
 template <int KC>
 void launch_gemv(const GemvArgs &a, int in, int max_blocks) {
     const bool tc = a.N > 1, full = a.K == KC * 256;
     void (*kernel)(GemvArgs);
-    if (tc) {
+    if (tc)
         kernel = in == kLayernorm  ? (full ? gemv_tc_kernel<KC, kLayernorm, true> : gemv_tc_kernel<KC, kLayernorm, false>)
                  : in == kAttention ? (full ? gemv_tc_kernel<KC, kAttention, true> : gemv_tc_kernel<KC, kAttention, false>)
                                     : (full ? gemv_tc_kernel<KC, kInput, true> : gemv_tc_kernel<KC, kInput, false>);
-        constexpr int kMaxSmem = FUSED_MAX_ROWS * kMaxK * sizeof(bf16) + 2 * 8 * 32 * sizeof(float2);
-        static bool asked[3][2] = {};
-        if (!asked[in][full]) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-            asked[in][full] = true;
-        }
-    } else {
+    else
         kernel = in == kLayernorm  ? (full ? gemv_kernel<KC, kLayernorm, true> : gemv_kernel<KC, kLayernorm, false>)
                  : in == kAttention ? (full ? gemv_kernel<KC, kAttention, true> : gemv_kernel<KC, kAttention, false>)
                                     : (full ? gemv_kernel<KC, kInput, true> : gemv_kernel<KC, kInput, false>);
+    static bool asked[2][3][2] = {};
+    if (!asked[tc][in][full]) {
+        const size_t max_smem = FUSED_MAX_ROWS * kMaxK * sizeof(bf16) + (tc ? 2 * 8 * 32 * sizeof(float2) : 0);
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem));
+        asked[tc][in][full] = true;
     }
     int threads, rows_per_block;
     size_t smem = (size_t)a.N * a.K * sizeof(bf16);
