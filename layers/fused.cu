@@ -188,46 +188,32 @@ __device__ __forceinline__ void load_ln_weights(int4 (&lnw)[KC], int4 (&lnb)[KC]
     }
 }
 
-// The N input rows into shared memory, xs (N, K/8), after the wait (through L2: the kernel before
-// just wrote them). A thread's chunks go in batches of BATCH, every load of a batch issued before its
-// first store (held in registers beside the weights: gemv_kernel takes just its row's): at K = 3,072 a thread stages 3 chunks a row, which a plain strided loop issued as
-// 3 dependent round trips (1.02 us against 0.44 at K = 768, docs/PERF.md, fourteenth session).
-// kAttention: the attention's output, combined from its splits' records, rounded as it rounds;
-// `used` is its splits that hold positions.
-template <int IN, int BATCH>
-__device__ __forceinline__ void stage_rows(int4 *xs, const GemvArgs &a, int N, int nchunks, int used) {
+// The N input rows (inp) into shared memory, xs (N, K/8), after the wait (through L2: the kernel
+// before just wrote them). A thread's chunks go in batches of BATCH, every load of a batch issued
+// before its first store: a plain strided loop issued one dependent round trip after another
+// (docs/PERF.md, fourteenth session, call 1). (The attention's split records are combined at one
+// row only, by gemv_kernel: attention_matmul_residual_step.)
+template <int BATCH>
+__device__ __forceinline__ void stage_rows(int4 *xs, const GemvArgs &a, int N, int nchunks) {
     const int total = N * nchunks, threads = blockDim.x;
-    if constexpr (IN != kAttention) {
-        const int4 *src = reinterpret_cast<const int4 *>(a.inp);
-        for (int s0 = 0; s0 < total; s0 += BATCH * threads) {
-            int4 v[BATCH];
+    const int4 *src = reinterpret_cast<const int4 *>(a.inp);
+    for (int s0 = 0; s0 < total; s0 += BATCH * threads) {
+        int4 v[BATCH];
 #pragma unroll
-            for (int b = 0; b < BATCH; b++) {
-                const int i = s0 + threadIdx.x + b * threads;
-                if (i < total) v[b] = __ldcg(src + i);
-            }
-#pragma unroll
-            for (int b = 0; b < BATCH; b++) {
-                const int i = s0 + threadIdx.x + b * threads;
-                if (i < total) xs[i] = v[b];
-            }
+        for (int b = 0; b < BATCH; b++) {
+            const int i = s0 + threadIdx.x + b * threads;
+            if (i < total) v[b] = __ldcg(src + i);
         }
-    } else {
-        const DecodeRecords &r = a.att;
-        for (int i = threadIdx.x; i < total; i += threads) {
-            const int n = i / nchunks, channel = (i % nchunks) * 8;
-            const int h = channel / r.HS;
-            float v[8];
-            combine_splits<8>(v, r.records + (size_t)(n * r.NH + h) * r.splits * record_floats(r.HS),
-                              used, r.HS, channel % r.HS);
-            store_bf16<8>(reinterpret_cast<bf16 *>(&xs[i]), v);
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+            const int i = s0 + threadIdx.x + b * threads;
+            if (i < total) xs[i] = v[b];
         }
     }
 }
 
-// Warp n layer-norms staged row n in place, as layernorm_forward_kernel computes it (the same
-// bits); lane l takes the row's chunks c = j * 32 + l. warps: the block's (a constant where it is
-// one: with blockDim's the one-row kernel took 187 registers instead of 128)
+// Warp n of `warps` layer-norms staged row n in place, as layernorm_forward_kernel computes it
+// (the same bits); lane l takes the row's chunks c = j * 32 + l.
 template <int KC>
 __device__ __forceinline__ void layernorm_rows(int4 *xs, const GemvArgs &a, int N, int nchunks,
                                                const int4 (&lnw)[KC], const int4 (&lnb)[KC], int warps) {
@@ -302,7 +288,7 @@ __device__ __forceinline__ void write_output(const GemvArgs &a, int n, int row, 
 // L2 round trip, where one thread per row walking 264 blocks took some 20 us at batch 1), then
 // the warps' and the block's. `better` is a total order, so the result does not depend on who
 // compared what. NR: the most input rows (N <= NR); warp_v, warp_i: (warps, 8) in shared memory,
-// free to use; warps: the block's (a constant where it is one).
+// free to use; warps: the block's.
 template <int NR>
 __device__ __forceinline__ void grid_argmax(const GemvArgs &a, float (*warp_v)[8], int (*warp_i)[8], int warps) {
     __shared__ bool last;
@@ -640,11 +626,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
 // The tile: the weights as B (n = 8 output channels: lane (g, t) loads 16 bytes of channel
 // row0 + g at columns 32j + 8t.., the k order inside a 32-column chunk permuted as
 // gemm_rows_kernel's, so that the 16 bytes are its B fragments of 2 k-steps) and the staged rows
-// as A (m = input row: rows g < N of 16, rows 8..15 zero). A warp owns 8 channels and kTcChunks
+// as A (m = input row: rows g < N of 16; rows N..7 a copy of row N - 1, computed and not used;
+// rows 8..15 zero). A warp owns 8 channels and kTcChunks
 // = 12 chunks of 32 columns (12 loads a lane in flight, 48 registers, as gemv_kernel); `ksplit`
 // warps share a channel group's K (2 at K = 768, 8 at 3,072), their fp32 sums meeting in shared
 // memory and added in warp order. A block is 2 groups of 8 channels at ksplit = 2, else one.
-// Numerics: mma.sync's fp32 sums (four accumulators a warp on alternate k-steps, added pairwise),
+// Numerics: mma.sync's fp32 sums (four accumulators a warp, k-step s into s % 4, added pairwise),
 // then the warps' in order: another summation order than gemv_kernel's, rounding and epilogues
 // as its.
 constexpr int kTcChunks = 12;   // 32-column chunks of K per warp
@@ -654,12 +641,13 @@ __host__ __device__ __forceinline__ void gemv_tc_shape(int K, int &ksplit, int &
     groups = ksplit == 2 ? 2 : 1;   // channel groups of 8 a block
 }
 
-// KC: the layernorm's chunks a lane (K <= KC * 256); IN, FULL as gemv_kernel's. A block is 128
-// threads at K <= 768 (KC = 3), up to 256 above
+// KC: the layernorm's chunks a lane (K <= KC * 256); IN (kInput or kLayernorm), FULL as
+// gemv_kernel's. A block is 128 threads at K <= 768 (KC = 3), up to 256 above
 template <int KC, int IN, bool FULL>
 __global__ void __launch_bounds__(KC == 3 ? 128 : 256, KC == 3 ? 3 : 1) gemv_tc_kernel(const GemvArgs a) {
-    // dynamic shared memory only: the input rows (N, K/8), 8 bf16 a chunk, then the warps' sums,
-    // two buffers of [warp][input row][channel] (a static array measured slower at one row)
+    // dynamic shared memory: the input rows (N, K/8), 8 bf16 a chunk, then the warps' sums, two
+    // buffers of [warp][input row][channel] (with the sums in a static array of their own, the
+    // kernel measured 1-2% slower at one row, docs/PERF.md, fourteenth session, call 5)
     extern __shared__ int4 xs[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int N = a.N, K = FULL ? KC * 256 : a.K, OC = a.OC, nchunks = K / 8;
@@ -692,11 +680,10 @@ __global__ void __launch_bounds__(KC == 3 ? 128 : 256, KC == 3 ? 3 : 1) gemv_tc_
     float bias = writes && a.bias && row0 + orow < OC ? __bfloat162float(a.bias[row0 + orow]) : 0.0f;
     int4 lnw[KC], lnb[KC];
     load_ln_weights<KC, IN>(lnw, lnb, a, nchunks, lane);
-    const int used = IN == kAttention ? used_splits(*a.att.pos + 1, a.att.split_len) : 0;
     pdl_launch_dependents();
     pdl_wait();
 
-    stage_rows<IN, 6>(xs, a, N, nchunks, used);
+    stage_rows<6>(xs, a, N, nchunks);
     __syncthreads();
     if (IN == kLayernorm) {
         layernorm_rows<KC>(xs, a, N, nchunks, lnw, lnb, warps);
@@ -961,10 +948,11 @@ template <int KC>
 void launch_gemv(const GemvArgs &a, int in, int max_blocks) {
     const bool tc = a.N > 1, full = a.K == KC * 256;
     void (*kernel)(GemvArgs);
+    if (tc && in == kAttention)   // attention_matmul_residual_step takes this path at one row only
+        die("fused.cu: the attention's split records are combined at one row, not %d", a.N);
     if (tc)
-        kernel = in == kLayernorm  ? (full ? gemv_tc_kernel<KC, kLayernorm, true> : gemv_tc_kernel<KC, kLayernorm, false>)
-                 : in == kAttention ? (full ? gemv_tc_kernel<KC, kAttention, true> : gemv_tc_kernel<KC, kAttention, false>)
-                                    : (full ? gemv_tc_kernel<KC, kInput, true> : gemv_tc_kernel<KC, kInput, false>);
+        kernel = in == kLayernorm ? (full ? gemv_tc_kernel<KC, kLayernorm, true> : gemv_tc_kernel<KC, kLayernorm, false>)
+                                  : (full ? gemv_tc_kernel<KC, kInput, true> : gemv_tc_kernel<KC, kInput, false>);
     else
         kernel = in == kLayernorm  ? (full ? gemv_kernel<KC, kLayernorm, true> : gemv_kernel<KC, kLayernorm, false>)
                  : in == kAttention ? (full ? gemv_kernel<KC, kAttention, true> : gemv_kernel<KC, kAttention, false>)
