@@ -621,14 +621,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
 // layer-normed in shared memory, one pass, the epilogue fused), with the products on mma.sync:
 // gemv_kernel's FFMAs grow with the rows (96 a lane for each row of a 4 x 768 tile, and as many
 // bf16 unpacks), where one mma.sync m16n8k16 takes a 16-byte weight load as it is for up to 16
-// rows. Measured against gemv_kernel (docs/PERF.md, fourteenth session): +5% tokens/s at 2 rows,
-// +17% at 4, +59% at 8, but 7% slower at one row, which therefore stays on gemv_kernel.
+// rows. Measured against gemv_kernel (docs/PERF.md, fourteenth session): +6% tokens/s at 2 rows,
+// +19% at 4, +54% at 8 (calls 6-8), but 7% slower at one row (calls 2-5), which therefore stays
+// on gemv_kernel.
 // The tile: the weights as B (n = 8 output channels: lane (g, t) loads 16 bytes of channel
 // row0 + g at columns 32j + 8t.., the k order inside a 32-column chunk permuted as
 // gemm_rows_kernel's, so that the 16 bytes are its B fragments of 2 k-steps) and the staged rows
 // as A (m = input row: rows g < N of 16; rows N..7 a copy of row N - 1, computed and not used;
-// rows 8..15 zero). A warp owns 8 channels and kTcChunks
-// = 12 chunks of 32 columns (12 loads a lane in flight, 48 registers, as gemv_kernel); `ksplit`
+// rows 8..15 zero). A warp owns 8 channels and kTcChunks = 12 chunks of 32 columns (12 loads a
+// lane in flight, 48 registers, as gemv_kernel); `ksplit`
 // warps share a channel group's K (2 at K = 768, 8 at 3,072), their fp32 sums meeting in shared
 // memory and added in warp order. A block is 2 groups of 8 channels at ksplit = 2, else one.
 // Numerics: mma.sync's fp32 sums (four accumulators a warp, k-step s into s % 4, added pairwise),
