@@ -629,9 +629,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
 // gemm_rows_kernel's, so that the 16 bytes are its B fragments of 2 k-steps) and the staged rows
 // as A (m = input row: rows g < N of 16; rows N..7 a copy of row N - 1, computed and not used;
 // rows 8..15 zero). A warp owns 8 channels and kTcChunks = 12 chunks of 32 columns (12 loads a
-// lane in flight, 48 registers, as gemv_kernel); `ksplit`
-// warps share a channel group's K (2 at K = 768, 8 at 3,072), their fp32 sums meeting in shared
-// memory and added in warp order. A block is 2 groups of 8 channels at ksplit = 2, else one.
+// lane in flight, 48 registers, as gemv_kernel); `ksplit` warps share a channel group's K (2 at
+// K = 768, 8 at 3,072), their fp32 sums meeting in shared memory and added in warp order. A
+// block is 2 groups of 8 channels at ksplit = 2, else one.
 // Numerics: mma.sync's fp32 sums (four accumulators a warp, k-step s into s % 4, added pairwise),
 // then the warps' in order: another summation order than gemv_kernel's, rounding and epilogues
 // as its.
