@@ -160,7 +160,7 @@ $(CPU_REF_NAMES): $(CPU_REF_OBJ)
 	                                         undef = undef "#undef " $$1 "\n" } \
 	     END { printf "#ifndef CPU_REFERENCE_UNDEF\n%s#else\n%s#endif\n", def, undef }' $<.syms > $@
 # wgmma and setmaxnreg exist only for sm_90a (the -arch=sm_90a shorthand fails with nvcc 13.0)
-$(BUILD)/attention/flash_sm90.cu.o: NVCC_ARCH = -gencode=arch=compute_90a,code=sm_90a
+$(BUILD)/attention/flash_sm90.cu.o $(BUILD)/layers/decode_gemm_sm90.cu.o: NVCC_ARCH = -gencode=arch=compute_90a,code=sm_90a
 # the flash backend is both files: its prefixed object (the tests' and benchmarks' copy) joins them
 $(BUILD)/prefixed/attention/flash.cu.o: $(BUILD)/attention/flash_sm90.cu.o
 

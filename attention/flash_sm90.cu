@@ -55,12 +55,12 @@
 //     kk starts 16 rows = 2048 bytes in; 8-row groups 1024 bytes apart (stride byte offset);
 //     the two 64-column panels of HS = 128 are 128*128 bytes apart (leading byte offset).
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../runtime/cuda_common.cuh"
+#include "../runtime/tensor_map.h"
 #include "flash_sm90.h"
 #include "flash_tile.cuh"
 
@@ -940,64 +940,6 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
 
 // ---- host side ----------------------------------------------------------------------------------
 
-// cuTensorMapEncodeTiled from the driver, found through the runtime (so no -lcuda)
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-    if (!fn) {
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult found;
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                    cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || !p)
-            die("flash_sm90: the CUDA driver has no cuTensorMapEncodeTiled");
-        fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-    }
-    return fn;
-}
-
-// The tensor map of a 4-D tensor {cols, heads, T, B} (innermost first) of bf16 or fp32 values,
-// rows of `cols` values, `heads` rows a position (3*NH in packed qkv and dqkv, NH in dout and
-// the dQ sums): boxes of {box_cols, 1 head, rows, 1 batch}, 128-byte swizzle (box_cols values
-// are 128 bytes), zeros where a load leaves the tensor, nothing written where a store or
-// reduction does. A map is a function of (pointer, type, shape, box) alone, so maps are kept in
-// a table: each layer's buffers are encoded once, and a buffer freed and reallocated at the same
-// address gets the same map.
-const CUtensorMap *tensor_map_4d(const void *ptr, CUtensorMapDataType type, int cols, int heads,
-                                 int T, int B, int box_cols, int rows) {
-    struct Entry {
-        const void *ptr;
-        CUtensorMapDataType type;
-        int cols, heads, T, B, box_cols, rows;
-        CUtensorMap map;
-    };
-    constexpr int kEntries = 256;   // 48 layers x (two forward maps, three backward ones) fit
-    static Entry table[kEntries];
-    static int used = 0, next = 0;
-    for (int i = 0; i < used; i++) {
-        const Entry &e = table[i];
-        if (e.ptr == ptr && e.type == type && e.cols == cols && e.heads == heads && e.T == T &&
-            e.B == B && e.box_cols == box_cols && e.rows == rows)
-            return &e.map;
-    }
-    Entry &e = table[next];
-    next = (next + 1) % kEntries;
-    if (used < kEntries) used++;
-    e = Entry{ptr, type, cols, heads, T, B, box_cols, rows, {}};
-    const cuuint64_t elem = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 2;
-    const cuuint64_t dims[4] = {(cuuint64_t)cols, (cuuint64_t)heads, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[3] = {cols * elem, (cuuint64_t)heads * cols * elem,
-                                   (cuuint64_t)T * heads * cols * elem};   // bytes, of dims 1..3
-    const cuuint32_t box[4] = {(cuuint32_t)box_cols, 1, (cuuint32_t)rows, 1};
-    const cuuint32_t unit[4] = {1, 1, 1, 1};
-    const CUresult r = tensor_map_encoder()(
-        &e.map, type, 4, const_cast<void *>(ptr), dims, strides, box, unit,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        die("flash_sm90: cuTensorMapEncodeTiled failed (%d) for %p: %d x %d x %d x %d values of "
-            "%d bytes, boxes of %d x %d", (int)r, ptr, cols, heads, T, B, (int)elem, box_cols, rows);
-    return &e.map;
-}
 // the maps of packed qkv (boxes of `rows` rows of one head's q, k or v) and of dout
 const CUtensorMap *qkv_tensor_map(const bf16 *qkv, int B, int T, int NH, int HS, int rows) {
     return tensor_map_4d(qkv, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, HS, 3 * NH, T, B, kPanelCols, rows);

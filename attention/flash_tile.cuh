@@ -19,6 +19,7 @@
 //                               1-D bulk loads; the bulk group commit and waits
 //   proxies                     fence.proxy.async: ordinary shared stores before TMA/wgmma reads
 //   warpgroups                  setmaxnreg, named barriers
+//   clusters                    the cluster barrier's arrive and wait, apart
 //   wgmma                       descriptors of 128-byte swizzled shared tiles, the products
 //   accumulators as A operands  pack_a
 //
@@ -286,6 +287,11 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
         "r"(smem_addr(bar))
         : "memory");
 }
+// prefetch.tensormap: bring a tensor map (a __grid_constant__ parameter) into the TMA unit's
+// cache ahead of its first copy, e.g. before pdl_wait for a copy that must come after it
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap *map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
 // cp.reduce.async.bulk.tensor.4d .add: adds a shared-memory box into the tensor at {c0..c3},
 // element by element, atomically with respect to other reductions (parts of the box outside the
 // tensor are skipped); one bulk group operation (tma_commit, tma_wait_read, tma_wait)
@@ -368,6 +374,17 @@ __device__ __forceinline__ void named_bar_sync(int id, int n) {
 }
 __device__ __forceinline__ void named_bar_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+// ---- thread-block clusters ------------------------------------------------------------------------
+// barrier.cluster, split: arrive (relaxed: orders nothing, e.g. "this CTA has started, its shared
+// memory may be written") and wait (acquire: for every CTA's arrival). cluster.sync() of
+// cooperative_groups is the two together, the arrival with release semantics.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
 // ---- wgmma ----------------------------------------------------------------------------------------

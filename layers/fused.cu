@@ -47,6 +47,7 @@
 #include "../attention/flash_tile.cuh"   // mma_bf16 and cp_async_16: their PTX, written once
 #include "../runtime/cuda_common.cuh"
 #include "decode_attention.cuh"
+#include "decode_gemm_sm90.h"
 #include "fused_plain.h"
 #include "gelu.cuh"
 #include "layers.h"
@@ -817,7 +818,7 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
 
     // a block's shared memory may be written by the others only once it runs: this arrival,
     // waited for before the first such store, says so (relaxed: nothing to order yet)
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    cluster_arrive_relaxed();
 
     // ---- before the wait: all of this lane's weights, the bias of this thread's outputs
     int4 w[KCH];
@@ -891,7 +892,7 @@ __global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, i
     // stores: no round trip), then the cluster's barrier
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");   // every block of the cluster runs
+    cluster_wait();   // every block of the cluster runs
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
@@ -1069,6 +1070,12 @@ bool tc_fits(int N, int K, int OC, const void *inp, const void *weight, const vo
            (uintptr_t)bias % 4 == 0 && (uintptr_t)out % 4 == 0 && tc_chunks(K, OC) > 0;
 }
 
+// above FUSED_MAX_ROWS on Hopper: decode_gemm_sm90.cu's wgmma kernel, where the call fits it
+bool wg_fits(int N, int K, int OC, const void *inp, const void *weight, const void *bias,
+             const void *out) {
+    return fused_enabled() && N > FUSED_MAX_ROWS && decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out);
+}
+
 template <int MT, int KCH>
 void launch_tc(const GemvArgs &a) {
     auto kernel = gemm_rows_kernel<MT, KCH>;
@@ -1120,15 +1127,19 @@ static PlainScratch plain_part(void *scratch, int N, int C) {
 void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
                               const floatX *lnb, const floatX *weight, const floatX *bias, int N,
                               int C, int OC, int gelu) {
+    PlainScratch s = plain_part(scratch, N, C);
+    if (wg_fits(N, C, OC, s.ln, weight, bias, out)) {
+        layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);   // then wgmma
+        decode_gemm_sm90(out, s.ln, weight, bias, N, C, OC, gelu, 0);
+        return;
+    }
     if (tc_fits(N, C, OC, inp, weight, bias, out)) {   // the layernorm, then the tensor cores
-        PlainScratch s = plain_part(scratch, N, C);
         layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
         gemm_rows(gemv_args(out, s.ln, NULL, NULL, weight, bias, N, C, OC, gelu ? kBiasGelu : kBias));
         return;
     }
     if (!gemv_fits(N, C, inp, weight) || !is_aligned16(lnw) || !is_aligned16(lnb)) {
-        plain_layernorm_matmul(out, plain_part(scratch, N, C), inp, lnw, lnb, weight, bias, N, C,
-                               OC, gelu);
+        plain_layernorm_matmul(out, s, inp, lnw, lnb, weight, bias, N, C, OC, gelu);
         return;
     }
     gemv(gemv_args(out, inp, lnw, lnb, weight, bias, N, C, OC, gelu ? kBiasGelu : kBias), 1 << 30);
@@ -1136,6 +1147,10 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
 
 void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
                              const floatX *weight, const floatX *bias, int N, int C, int OC) {
+    if (wg_fits(N, C, OC, inp, weight, bias, residual)) {
+        decode_gemm_sm90(residual, inp, weight, bias, N, C, OC, 0, 1);
+        return;
+    }
     if (tc_fits(N, C, OC, inp, weight, bias, residual)) {
         gemm_rows(gemv_args(residual, inp, NULL, NULL, weight, bias, N, C, OC, kBiasResidual));
         return;
@@ -1157,7 +1172,9 @@ void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scr
     // the attention combining its own splits (docs/PERF.md).
     if (B != 1 || !gemv_fits(B, C, qkv, weight)) {
         attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
-        if (tc_fits(B, C, C, att, weight, bias, residual))
+        if (wg_fits(B, C, C, att, weight, bias, residual))
+            decode_gemm_sm90(residual, att, weight, bias, B, C, C, 0, 1);
+        else if (tc_fits(B, C, C, att, weight, bias, residual))
             gemm_rows(gemv_args(residual, att, NULL, NULL, weight, bias, B, C, C, kBiasResidual));
         else
             plain_matmul_residual(residual, plain_part(scratch, B, C), att, weight, bias, B, C, C);

@@ -1,0 +1,292 @@
+// decode_gemm_sm90.cu: the decode step's matmuls at FUSED_MAX_ROWS + 1 to 64 rows on Hopper
+// (sm_90a: TMA, wgmma): out (N, OC) = inp (N, K) W^T + bias, then as it is, GELU, or added to
+// out (the residual). fused.cu calls it (layernorm_matmul_forward after its layernorm kernel,
+// matmul_residual_forward, attention_matmul_residual_step); built for sm_90a as
+// attention/flash_sm90.cu is, and launched where decode_gemm_sm90_fits says so.
+//
+// Why a kernel of its own: at 9-64 rows a decode matmul reads 1.2-4.7 MB of weights once, 0.3-1.1
+// us at the copy ceiling, but cuBLASLt's kernels take 4-7 us each (a batch-64 step: 264 us of its
+// 541 us fixed cost in 49 GEMMs and their split-K reductions, docs/PERF.md, twelfth session), and
+// the mma.sync kernel (gemm_rows_kernel) ran its phases one after another. Here a CTA's whole
+// share of the weights is in flight at once, before pdl_wait (they do not depend on the kernel
+// before: with programmatic dependent launch they stream while it finishes), its share of the
+// input rows right after it, and the products are a few wgmma. What is left after the wait is one
+// L2 latency (the input rows), the products, one cluster barrier and the stores.
+//
+// ---- the tile picture: one CTA = 64 output channels x one slice of K, for all N <= 64 rows -------
+//
+//   weight (OC, K) ──TMA, before pdl_wait──► W: boxes b = 0..boxes-1 of 64 channels x 64 columns
+//   inp (N, K)     ──TMA, after pdl_wait───► X: the same boxes of 64 rows x 64 columns (rows past
+//                                               N are TMA's zeros: no bytes read)
+//   acc (64 channels x 64 rows, fp32) = sum over the boxes of W X^T   (wgmma m64n64k16, SS, both
+//                                        K-major: D^T = W X^T, so that N <= 64 rows fit one tile)
+//   acc's row n -> the shared memory of the CTA that finishes row n (rank n % splits of the tile's
+//                  cluster, one CTA a slice of K), over its boxes: distributed shared-memory
+//                  stores, which need no answer, after the cluster's first barrier (every CTA's
+//                  products are done)
+//   cluster barrier: every slice's parts are in
+//   CTA r: its rows' parts added in rank order (deterministic) + bias [GELU | + the residual,
+//   loaded while the products ran] -> out, bf16 (the bias loaded before pdl_wait)
+//
+// The split of K: as many slices (a divisor of K / 64, at most 8, the portable cluster) as keep
+// the grid within about one CTA an SM, at most 6 boxes a slice (96 KB of shared memory): GPT-2 124M's QKV 36 tiles x 4 slices, FC 48 x 3, the projections 12 x 6 (K = 768)
+// and 12 x 8 (K = 3,072).
+//
+// Numerics as the plain layers': fp32 sums, the product rounded to bf16 before GELU and before
+// the residual add; only the order of the sum differs (cuBLASLt's is its own).
+#include <cooperative_groups.h>
+#include <cuda.h>
+
+#include <algorithm>
+
+#include "../attention/flash_tile.cuh"   // TMA, mbarrier, wgmma: their PTX, written once
+#include "../runtime/cuda_common.cuh"
+#include "../runtime/tensor_map.h"
+#include "decode_gemm_sm90.h"
+#include "gelu.cuh"
+
+namespace {
+
+constexpr int kRows = 64;                    // input rows of a tile: wgmma's N
+constexpr int kChannels = 64;                // output channels of a CTA: wgmma's M
+constexpr int kBoxCols = 64;                 // K columns of a box: one 128-byte swizzled row
+constexpr int kBoxBytes = 64 * 128;          // one box of W or of X
+constexpr int kMaxBoxes = 6;                 // K boxes of a slice at most
+constexpr int kMaxSplits = 8;                // a cluster's CTAs at most (the portable limit)
+constexpr int kThreads = 128;                // one warpgroup
+
+// A measuring tool (off by default): a build with -DDECODE_GEMM_PROBE=P skips a stage, so that a
+// timeline of the decode step shows what the stage costs (the outputs are then wrong): 1 returns
+// right after pdl_wait (the launch and the boundary alone), 2 does not wait for the input rows, 3
+// skips the exchange between the slices (no cluster barrier; each CTA finishes its rows from its
+// own part).
+#ifndef DECODE_GEMM_PROBE
+#define DECODE_GEMM_PROBE 0
+#endif
+
+enum Epilogue { kBias, kBiasGelu, kBiasResidual };
+
+struct Args {
+    bf16 *out;          // (N, OC); for kBiasResidual the residual, added to in place
+    const bf16 *bias;   // (OC)
+    int N, OC, epilogue;
+};
+
+// Where slice s's sum of row n, channel c lands in the shared memory of the CTA that finishes row
+// n (rank n % SPLITS, its j = n / SPLITS-th row): parts[s][j][64], the channel swizzled by
+// (n / 2) % 4, so that both the slices' stores (a warp: 8 channels x 4 rows 2 apart) and the
+// epilogue's float2 reads (a warp: one row's 64 channels) fall on 32 different banks.
+__device__ __forceinline__ int part_at(int s, int j, int rows_per, int n, int c) {
+    return (s * rows_per + j) * kChannels + (c ^ (((n >> 1) & 3) << 3));
+}
+
+template <int SPLITS, int BOXES>
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_gemm_kernel(const __grid_constant__ CUtensorMap w_map,   // weight, 64 x 64 boxes
+                       const __grid_constant__ CUtensorMap x_map,   // inp, 64 x 64 boxes
+                       const Args a) {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    constexpr int kRowsPer = (kRows + SPLITS - 1) / SPLITS;   // rows a CTA finishes, at most
+    constexpr int kRounds = (kRowsPer + 3) / 4;                // of them a warp's, at most
+    constexpr int boxes = BOXES;
+    const int rank = (int)cluster.block_rank(), N = a.N;
+    const int ch0 = blockIdx.x / SPLITS * kChannels, col0 = rank * boxes * kBoxCols;
+    const int rows_per = (N + SPLITS - 1) / SPLITS;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ uint64_t w_full, x_full;
+    unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const uint32_t w_tile = smem_addr(smem), x_tile = w_tile + boxes * kBoxBytes;
+    // the slices' parts, over the boxes once the products have read them
+    float *parts = reinterpret_cast<float *>(smem);
+
+    // the weights and the bias of this thread's two channels, 2 lane.., before the wait: they do
+    // not depend on the kernel before
+    if (threadIdx.x == 0) {
+        prefetch_tensormap(&x_map);
+        mbar_init(&w_full, 1);
+        mbar_init(&x_full, 1);
+        mbar_fence_init();
+        mbar_arrive_expect_tx(&w_full, boxes * kBoxBytes);
+        for (int b = 0; b < boxes; b++)
+            tma_load_4d(w_tile + b * kBoxBytes, &w_map, &w_full, col0 + b * kBoxCols, 0, ch0, 0);
+    }
+    const int c = 2 * lane;
+    const __nv_bfloat162 bias = *reinterpret_cast<const __nv_bfloat162 *>(a.bias + ch0 + c);
+    __syncthreads();   // the barriers are initialised
+    pdl_launch_dependents();
+    pdl_wait();
+    if (DECODE_GEMM_PROBE == 1) {
+        mbar_wait(&w_full, 0);
+        return;
+    }
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(&x_full, boxes * kBoxBytes);
+        for (int b = 0; b < boxes; b++)
+            tma_load_4d(x_tile + b * kBoxBytes, &x_map, &x_full, col0 + b * kBoxCols, 0, 0, 0);
+    }
+    // the residual of the rows this thread finishes (rows rank + SPLITS j, j = warp + 4 k), in
+    // flight while the products run
+    __nv_bfloat162 res[kRounds];
+#pragma unroll
+    for (int k = 0; k < kRounds; k++) {
+        const int n = rank + SPLITS * (warp + 4 * k);
+        if (a.epilogue == kBiasResidual && n < N)
+            res[k] = *reinterpret_cast<const __nv_bfloat162 *>(a.out + (size_t)n * a.OC + ch0 + c);
+    }
+
+    // acc = W X^T over the slice: box b's k-step ks at byte 32 ks of its 128-byte rows
+    float acc[kRows / 2];
+#pragma unroll
+    for (int i = 0; i < kRows / 2; i++) acc[i] = 0.0f;
+    mbar_wait(&w_full, 0);
+    if (DECODE_GEMM_PROBE != 2) mbar_wait(&x_full, 0);
+    const uint64_t dw = smem_desc(w_tile, 16, 1024), dx = smem_desc(x_tile, 16, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int b = 0; b < boxes; b++)
+#pragma unroll
+        for (int ks = 0; ks < kBoxCols / 16; ks++)
+            wgmma_ss<0>(acc, desc_advance(dw, b * kBoxBytes + 32 * ks),
+                        desc_advance(dx, b * kBoxBytes + 32 * ks), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(acc);
+
+    // each sum to the CTA that finishes its row (register i: row 2t + col(i), channel 16 warp +
+    // g + row(i)); rows past N are zeros and go nowhere. Into the target's boxes: once every
+    // CTA of the cluster has said that its products have read them (relaxed: nothing to order)
+    constexpr bool kExchange = SPLITS > 1 && DECODE_GEMM_PROBE != 3;
+    if (kExchange) {
+        cluster_arrive_relaxed();
+        cluster_wait();
+    } else {
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < kRows / 2; i++) {
+        const int n = 2 * t + Frag::col(i), ch = 16 * warp + g + Frag::row(i);
+        if (n >= N) continue;
+        float *dst = parts + part_at(rank, n / SPLITS, rows_per, n, ch);
+        if (kExchange) dst = cluster.map_shared_rank(dst, n % SPLITS);
+        *dst = acc[i];
+    }
+    if (kExchange) cluster.sync();   // every slice's parts are in; nobody writes here any more
+    else __syncthreads();
+
+    // this CTA's rows: a warp a row, a lane two channels; the slices added in rank order
+#pragma unroll
+    for (int k = 0; k < kRounds; k++) {
+        const int j = warp + 4 * k, n = rank + SPLITS * j;
+        if (n >= N) break;
+        float x = 0.0f, y = 0.0f;
+#pragma unroll
+        for (int s = 0; s < SPLITS; s++) {
+            const float2 p = *reinterpret_cast<const float2 *>(parts + part_at(s, j, rows_per, n, c));
+            x += p.x;
+            y += p.y;
+        }
+        x += __bfloat162float(bias.x);
+        y += __bfloat162float(bias.y);
+        __nv_bfloat162 *out = reinterpret_cast<__nv_bfloat162 *>(a.out + (size_t)n * a.OC + ch0 + c);
+        if (a.epilogue == kBias) {
+            *out = __floats2bfloat162_rn(x, y);
+        } else if (a.epilogue == kBiasGelu) {
+            *out = __floats2bfloat162_rn(gelu_value(__bfloat162float(__float2bfloat16_rn(x))),
+                                         gelu_value(__bfloat162float(__float2bfloat16_rn(y))));
+        } else {
+            *out = __floats2bfloat162_rn(__bfloat162float(res[k].x) + __bfloat162float(__float2bfloat16_rn(x)),
+                                         __bfloat162float(res[k].y) + __bfloat162float(__float2bfloat16_rn(y)));
+        }
+    }
+    if (DECODE_GEMM_PROBE == 2) mbar_wait(&x_full, 0);   // no copy left in flight at the exit
+}
+
+// K slices of a call (a divisor of K / 64, at most kMaxSplits and kMaxBoxes boxes a slice): the
+// most that keep the grid within 1.1 CTAs an SM, or the fewest that fit; 0: none fits
+int splits_for(int K, int OC) {
+    const int boxes = K / kBoxCols, tiles = OC / kChannels;
+    int pick = 0;
+    for (int s = 1; s <= kMaxSplits; s++) {
+        if (boxes % s || boxes / s > kMaxBoxes) continue;
+        if (!pick || tiles * s * 10 <= cuda_num_sms * 11) pick = s;
+    }
+    return pick;
+}
+
+// the shared memory of a call: the boxes of W and X, or the parts over them where they need more
+// (SPLITS x rows_per rows of 64 fp32 sums, at most 71 rows), + the 1024-byte alignment
+size_t smem_bytes(int boxes, int N, int splits) {
+    return 1024 + std::max((size_t)2 * boxes * kBoxBytes, (size_t)ceil_div(N, splits) * splits * kChannels * 4);
+}
+constexpr size_t kSmemMax = 1024 + (size_t)2 * kMaxBoxes * kBoxBytes;
+static_assert((kRows + kMaxSplits - 1) * kChannels * 4 <= 2 * kMaxBoxes * kBoxBytes, "the parts fit");
+
+// a grid of OC / 64 tiles x SPLITS slices of BOXES boxes, each tile's slices one cluster
+template <int SPLITS, int BOXES>
+void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a) {
+    static bool asked = false;   // past the 48 KiB a kernel gets without asking
+    if (!asked) {
+        CUDA_CHECK(cudaFuncSetAttribute(decode_gemm_kernel<SPLITS, BOXES>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemMax));
+        asked = true;
+    }
+    launch_pdl_cluster(decode_gemm_kernel<SPLITS, BOXES>, a.OC / kChannels * SPLITS, kThreads,
+                       smem_bytes(BOXES, a.N, SPLITS), SPLITS, w_map, x_map, a);
+}
+template <int SPLITS>
+void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a, int boxes) {
+    switch (boxes) {
+    case 1: launch<SPLITS, 1>(w_map, x_map, a); break;
+    case 2: launch<SPLITS, 2>(w_map, x_map, a); break;
+    case 3: launch<SPLITS, 3>(w_map, x_map, a); break;
+    case 4: launch<SPLITS, 4>(w_map, x_map, a); break;
+    case 5: launch<SPLITS, 5>(w_map, x_map, a); break;
+    default: launch<SPLITS, 6>(w_map, x_map, a); break;
+    }
+}
+
+}  // namespace
+
+bool decode_gemm_sm90_enabled() {
+    static int enabled = -1;
+    if (enabled < 0) {
+        int dev, major, minor;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        enabled = major == 9 && minor == 0 && env_flag("DECODE_GEMM_SM90", 1);
+    }
+    return enabled;
+}
+
+bool decode_gemm_sm90_fits(int N, int K, int OC, const void *inp, const void *weight,
+                           const void *bias, const void *out) {
+    return N >= 1 && N <= kRows && K % kBoxCols == 0 && OC % kChannels == 0 && bias &&
+           is_aligned16(inp) && is_aligned16(weight) && (uintptr_t)bias % 4 == 0 &&
+           (uintptr_t)out % 4 == 0 && decode_gemm_sm90_enabled() && splits_for(K, OC) > 0;
+}
+
+void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *weight, const floatX *bias,
+                      int N, int K, int OC, int gelu, int residual) {
+    if (!decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out))
+        die("decode_gemm_sm90: N %d, K %d, OC %d do not fit (decode_gemm_sm90_fits)", N, K, OC);
+    const int splits = splits_for(K, OC), boxes = K / kBoxCols / splits;
+    const CUtensorMap w_map =
+        *tensor_map_4d(weight, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, K, 1, OC, 1, kBoxCols, kChannels);
+    const CUtensorMap x_map =
+        *tensor_map_4d(inp, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, K, 1, N, 1, kBoxCols, kRows);
+    const Args a = {BF(out), CBF(bias), N, OC, residual ? kBiasResidual : gelu ? kBiasGelu : kBias};
+    switch (splits) {
+    case 1: launch<1>(w_map, x_map, a, boxes); break;
+    case 2: launch<2>(w_map, x_map, a, boxes); break;
+    case 3: launch<3>(w_map, x_map, a, boxes); break;
+    case 4: launch<4>(w_map, x_map, a, boxes); break;
+    case 5: launch<5>(w_map, x_map, a, boxes); break;
+    case 6: launch<6>(w_map, x_map, a, boxes); break;
+    case 7: launch<7>(w_map, x_map, a, boxes); break;
+    default: launch<8>(w_map, x_map, a, boxes); break;
+    }
+    LAUNCH_CHECK();
+}
