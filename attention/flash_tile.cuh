@@ -19,7 +19,8 @@
 //                               1-D bulk loads; the bulk group commit and waits
 //   proxies                     fence.proxy.async: ordinary shared stores before TMA/wgmma reads
 //   warpgroups                  setmaxnreg, named barriers
-//   clusters                    the cluster barrier's arrive and wait, apart
+//   clusters                    the cluster barrier's arrive and wait, apart; a CTA's shared
+//                               address in another; bulk copies between CTAs' shared memory
 //   wgmma                       descriptors of 128-byte swizzled shared tiles, the products
 //   accumulators as A operands  pack_a
 //
@@ -385,6 +386,22 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 }
 __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+// mapa: the shared::cluster address of `addr` (a shared address of this CTA's) in CTA `rank`
+__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, int rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+// cp.async.bulk shared::cta -> shared::cluster: `bytes` (a multiple of 16, both addresses 16-byte
+// aligned) of this CTA's shared memory into another CTA's, dst and its barrier `bar` both mapped
+// there (cluster_map); the bytes complete on that barrier (which expects them)
+__device__ __forceinline__ void bulk_copy_to_cta(uint32_t dst, uint32_t src, uint32_t bytes,
+                                                 uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+        ::"r"(dst), "r"(src), "r"(bytes), "r"(bar)
+        : "memory");
 }
 
 // ---- wgmma ----------------------------------------------------------------------------------------

@@ -72,12 +72,21 @@ struct Args {
     int N, OC, epilogue;
 };
 
-// Where slice s's sum of row n, channel c lands in the shared memory of the CTA that finishes row
-// n (rank n % SPLITS, its j = n / SPLITS-th row): parts[s][j][64], the channel swizzled by
-// (n / 2) % 4, so that both the slices' stores (a warp: 8 channels x 4 rows 2 apart) and the
-// epilogue's float2 reads (a warp: one row's 64 channels) fall on 32 different banks.
-__device__ __forceinline__ int part_at(int s, int j, int rows_per, int n, int c) {
-    return (s * rows_per + j) * kChannels + (c ^ (((n >> 1) & 3) << 3));
+// The slices' sums of the tile in shared memory, as blocks of rows_per rows by the CTA that finishes
+// them: row n is finished by rank o = n % SPLITS, as its j = n / SPLITS-th row. A CTA stages its
+// own sums as staged[o][j][64] (block o goes to rank o) and receives the others' blocks as
+// parts[s][j][64] (block s from rank s). The channel is swizzled by (n / 2) % 4, so that both the
+// accumulators' stores (a warp: 8 channels x 4 rows 2 apart) and the epilogue's float2 reads (a
+// warp: one row's 64 channels) fall on 32 different banks.
+__device__ __forceinline__ int block_at(int o, int j, int rows_per, int n, int c) {
+    return (o * rows_per + j) * kChannels + (c ^ (((n >> 1) & 3) << 3));
+}
+
+// the bytes of the boxes of W and X, or of the staged sums over them where those need more
+__host__ __device__ constexpr int boxes_bytes(int boxes, int N, int splits) {
+    return 2 * boxes * kBoxBytes > (N + splits - 1) / splits * splits * kChannels * 4
+               ? 2 * boxes * kBoxBytes
+               : (N + splits - 1) / splits * splits * kChannels * 4;
 }
 
 template <int SPLITS, int BOXES>
@@ -90,16 +99,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kRowsPer = (kRows + SPLITS - 1) / SPLITS;   // rows a CTA finishes, at most
     constexpr int kRounds = (kRowsPer + 3) / 4;                // of them a warp's, at most
     constexpr int boxes = BOXES;
+    constexpr bool kExchange = SPLITS > 1 && DECODE_GEMM_PROBE != 3;   // (3: a probe, above)
     const int rank = (int)cluster.block_rank(), N = a.N;
     const int ch0 = blockIdx.x / SPLITS * kChannels, col0 = rank * boxes * kBoxCols;
     const int rows_per = (N + SPLITS - 1) / SPLITS;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     extern __shared__ unsigned char smem_raw[];
-    __shared__ uint64_t w_full, x_full;
+    __shared__ uint64_t w_full, x_full, parts_full;
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t w_tile = smem_addr(smem), x_tile = w_tile + boxes * kBoxBytes;
-    // the slices' parts, over the boxes once the products have read them
-    float *parts = reinterpret_cast<float *>(smem);
+    // this CTA's sums, over the boxes once its products have read them; the other slices' parts
+    // after the boxes (they may come while this CTA's products still read its boxes)
+    float *staged = reinterpret_cast<float *>(smem);
+    float *parts = reinterpret_cast<float *>(smem + boxes_bytes(BOXES, N, SPLITS));
+    const uint32_t block_bytes = rows_per * kChannels * 4;
 
     // the weights and the bias of this thread's two channels, 2 lane.., before the wait: they do
     // not depend on the kernel before
@@ -107,7 +120,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         prefetch_tensormap(&x_map);
         mbar_init(&w_full, 1);
         mbar_init(&x_full, 1);
+        mbar_init(&parts_full, 1);
         mbar_fence_init();
+        if (kExchange) mbar_arrive_expect_tx(&parts_full, (SPLITS - 1) * block_bytes);
         mbar_arrive_expect_tx(&w_full, boxes * kBoxBytes);
         for (int b = 0; b < boxes; b++)
             tma_load_4d(w_tile + b * kBoxBytes, &w_map, &w_full, col0 + b * kBoxCols, 0, ch0, 0);
@@ -115,6 +130,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = 2 * lane;
     const __nv_bfloat162 bias = *reinterpret_cast<const __nv_bfloat162 *>(a.bias + ch0 + c);
     __syncthreads();   // the barriers are initialised
+    // ... and the other slices may copy into this CTA once it says so: this arrival, waited for
+    // before the copies (relaxed: thread 0's fence above has released the barriers' init)
+    if (kExchange) cluster_arrive_relaxed();
     pdl_launch_dependents();
     pdl_wait();
     if (DECODE_GEMM_PROBE == 1) {
@@ -154,26 +172,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_regs(acc);
 
-    // each sum to the CTA that finishes its row (register i: row 2t + col(i), channel 16 warp +
-    // g + row(i)); rows past N are zeros and go nowhere. Into the target's boxes: once every
-    // CTA of the cluster has said that its products have read them (relaxed: nothing to order)
-    constexpr bool kExchange = SPLITS > 1 && DECODE_GEMM_PROBE != 3;
-    if (kExchange) {
-        cluster_arrive_relaxed();
-        cluster_wait();
-    } else {
-        __syncthreads();
-    }
+    // the sums staged by the rank that finishes their rows (register i: row 2t + col(i), channel
+    // 16 warp + g + row(i); rows past N are zeros and go nowhere), over the boxes: every warp's
+    // products are done (the barrier)
+    __syncthreads();
 #pragma unroll
     for (int i = 0; i < kRows / 2; i++) {
         const int n = 2 * t + Frag::col(i), ch = 16 * warp + g + Frag::row(i);
-        if (n >= N) continue;
-        float *dst = parts + part_at(rank, n / SPLITS, rows_per, n, ch);
-        if (kExchange) dst = cluster.map_shared_rank(dst, n % SPLITS);
-        *dst = acc[i];
+        if (n < N) staged[block_at(n % SPLITS, n / SPLITS, rows_per, n, ch)] = acc[i];
     }
-    if (kExchange) cluster.sync();   // every slice's parts are in; nobody writes here any more
-    else __syncthreads();
+    if (kExchange) {
+        // each other rank's block, one bulk copy into its parts (the copy engine moves it; the
+        // scalar stores of 16 KB into other CTAs' shared memory cost some 2 us a call, docs/PERF.md),
+        // once every CTA of the cluster runs; then the blocks of the others into this one's
+        fence_proxy_async_shared();   // the staged sums, visible to the copies
+        cluster_wait();
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int o = 0; o < SPLITS; o++)
+                if (o != rank)
+                    bulk_copy_to_cta(cluster_map(smem_addr(parts) + rank * block_bytes, o),
+                                     smem_addr(staged) + o * block_bytes, block_bytes,
+                                     cluster_map(smem_addr(&parts_full), o));
+        mbar_wait(&parts_full, 0);
+        // this CTA's parts are in, so its copies into the others are too (they were issued
+        // first): its staging may go once every CTA says so, waited for before the exit
+        cluster_arrive_relaxed();
+    } else {
+        __syncthreads();
+    }
 
     // this CTA's rows: a warp a row, a lane two channels; the slices added in rank order
 #pragma unroll
@@ -183,7 +210,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         float x = 0.0f, y = 0.0f;
 #pragma unroll
         for (int s = 0; s < SPLITS; s++) {
-            const float2 p = *reinterpret_cast<const float2 *>(parts + part_at(s, j, rows_per, n, c));
+            const float *from = s == rank || !kExchange ? staged + block_at(rank, j, rows_per, n, c)
+                                                        : parts + block_at(s, j, rows_per, n, c);
+            const float2 p = *reinterpret_cast<const float2 *>(from);
             x += p.x;
             y += p.y;
         }
@@ -200,6 +229,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                          __bfloat162float(res[k].y) + __bfloat162float(__float2bfloat16_rn(y)));
         }
     }
+    if (kExchange) cluster_wait();   // every copy out of this CTA's staging is done
     if (DECODE_GEMM_PROBE == 2) mbar_wait(&x_full, 0);   // no copy left in flight at the exit
 }
 
@@ -215,13 +245,13 @@ int splits_for(int K, int OC) {
     return pick;
 }
 
-// the shared memory of a call: the boxes of W and X, or the parts over them where they need more
-// (SPLITS x rows_per rows of 64 fp32 sums, at most 71 rows), + the 1024-byte alignment
+// the shared memory of a call: the boxes of W and X (or the staged sums over them, where those
+// need more: SPLITS blocks of rows_per rows of 64 fp32 sums, at most 71 rows), then the parts (as
+// many), + the 1024-byte alignment
 size_t smem_bytes(int boxes, int N, int splits) {
-    return 1024 + std::max((size_t)2 * boxes * kBoxBytes, (size_t)ceil_div(N, splits) * splits * kChannels * 4);
+    return 1024 + boxes_bytes(boxes, N, splits) + (size_t)ceil_div(N, splits) * splits * kChannels * 4;
 }
-constexpr size_t kSmemMax = 1024 + (size_t)2 * kMaxBoxes * kBoxBytes;
-static_assert((kRows + kMaxSplits - 1) * kChannels * 4 <= 2 * kMaxBoxes * kBoxBytes, "the parts fit");
+constexpr size_t kSmemMax = 1024 + (size_t)2 * kMaxBoxes * kBoxBytes + (kRows + kMaxSplits - 1) * kChannels * 4;
 
 // a grid of OC / 64 tiles x SPLITS slices of BOXES boxes, each tile's slices one cluster
 template <int SPLITS, int BOXES>
