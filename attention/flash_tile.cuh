@@ -461,7 +461,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&x)[N]) {
     for (int i = 0; i < N; i++) asm volatile("" : "+r"(x[i])::"memory");
 }
 // wgmma.mma_async m64nNk16, bf16 in, fp32 accumulate, one warpgroup; N from d's size (N/2
-// floats a thread: 32 for N = 64, 64 for N = 128):
+// floats a thread: 8, 16, 32, 64 for N = 16, 32, 64, 128; wgmma_ss has all four):
 //   wgmma_ss<MN_MAJOR>: d (+)= A B, A and B from shared memory, both K-major (MN_MAJOR = 0) or
 //                       both MN-major (1: the transpose flags); accumulate = 0: d = A B
 //   wgmma_rs_tb:        d += A B, A from registers, B from shared memory MN-major (transposed)
@@ -478,6 +478,24 @@ __device__ void wgmma_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t 
                        "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define WGMMA_D_32(d) WGMMA_D8(d, 0), WGMMA_D8(d, 8), WGMMA_D8(d, 16), WGMMA_D8(d, 24)
 #define WGMMA_D_64(d) WGMMA_D_32(d), WGMMA_D8(d, 32), WGMMA_D8(d, 40), WGMMA_D8(d, 48), WGMMA_D8(d, 56)
+template <int MN_MAJOR>
+__device__ __forceinline__ void wgmma_ss(float (&d)[8], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "%8, %9, p, 1, 1, %11, %11;\n}\n"
+        : WGMMA_D8(d, 0)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(MN_MAJOR));
+}
+template <int MN_MAJOR>
+__device__ __forceinline__ void wgmma_ss(float (&d)[16], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %19;\n}\n"
+        : WGMMA_D8(d, 0), WGMMA_D8(d, 8)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(MN_MAJOR));
+}
 template <int MN_MAJOR>
 __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
     asm volatile(

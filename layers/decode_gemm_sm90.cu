@@ -47,7 +47,7 @@
 
 namespace {
 
-constexpr int kRows = 64;                    // input rows of a tile: wgmma's N
+constexpr int kRows = 64;                    // input rows of a tile at most: wgmma's N (16, 32, 64)
 constexpr int kChannels = 64;                // output channels of a CTA: wgmma's M
 constexpr int kBoxCols = 64;                 // K columns of a box: one 128-byte swizzled row
 constexpr int kBoxBytes = 64 * 128;          // one box of W or of X
@@ -82,21 +82,23 @@ __device__ __forceinline__ int block_at(int o, int j, int rows_per, int n, int c
     return (o * rows_per + j) * kChannels + (c ^ (((n >> 1) & 3) << 3));
 }
 
-// the bytes of the boxes of W and X, or of the staged sums over them where those need more
-__host__ __device__ constexpr int boxes_bytes(int boxes, int N, int splits) {
-    return 2 * boxes * kBoxBytes > (N + splits - 1) / splits * splits * kChannels * 4
-               ? 2 * boxes * kBoxBytes
+// the bytes of the boxes of W and X (rows of them), or of the staged sums over them where those
+// need more
+__host__ __device__ constexpr int boxes_bytes(int boxes, int rows, int N, int splits) {
+    return boxes * (kBoxBytes + rows * 128) > (N + splits - 1) / splits * splits * kChannels * 4
+               ? boxes * (kBoxBytes + rows * 128)
                : (N + splits - 1) / splits * splits * kChannels * 4;
 }
 
-template <int SPLITS, int BOXES>
+template <int ROWS, int SPLITS, int BOXES>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_gemm_kernel(const __grid_constant__ CUtensorMap w_map,   // weight, 64 x 64 boxes
-                       const __grid_constant__ CUtensorMap x_map,   // inp, 64 x 64 boxes
+                       const __grid_constant__ CUtensorMap x_map,   // inp, ROWS x 64 boxes
                        const Args a) {
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
-    constexpr int kRowsPer = (kRows + SPLITS - 1) / SPLITS;   // rows a CTA finishes, at most
+    constexpr int kXBoxBytes = ROWS * 128;                    // one box of X
+    constexpr int kRowsPer = (ROWS + SPLITS - 1) / SPLITS;    // rows a CTA finishes, at most
     constexpr int kRounds = (kRowsPer + 3) / 4;                // of them a warp's, at most
     constexpr int boxes = BOXES;
     constexpr bool kExchange = SPLITS > 1 && DECODE_GEMM_PROBE != 3;   // (3: a probe, above)
@@ -107,11 +109,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t w_full, x_full, parts_full;
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    const uint32_t w_tile = smem_addr(smem), x_tile = w_tile + boxes * kBoxBytes;
+    const uint32_t w_tile = smem_addr(smem), x_tile = w_tile + boxes * kBoxBytes;   // 1024-aligned
     // this CTA's sums, over the boxes once its products have read them; the other slices' parts
     // after the boxes (they may come while this CTA's products still read its boxes)
     float *staged = reinterpret_cast<float *>(smem);
-    float *parts = reinterpret_cast<float *>(smem + boxes_bytes(BOXES, N, SPLITS));
+    float *parts = reinterpret_cast<float *>(smem + boxes_bytes(BOXES, ROWS, N, SPLITS));
     const uint32_t block_bytes = rows_per * kChannels * 4;
 
     // the weights and the bias of this thread's two channels, 2 lane.., before the wait: they do
@@ -140,9 +142,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
     if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(&x_full, boxes * kBoxBytes);
+        mbar_arrive_expect_tx(&x_full, boxes * kXBoxBytes);
         for (int b = 0; b < boxes; b++)
-            tma_load_4d(x_tile + b * kBoxBytes, &x_map, &x_full, col0 + b * kBoxCols, 0, 0, 0);
+            tma_load_4d(x_tile + b * kXBoxBytes, &x_map, &x_full, col0 + b * kBoxCols, 0, 0, 0);
     }
     // the residual of the rows this thread finishes (rows rank + SPLITS j, j = warp + 4 k), in
     // flight while the products run
@@ -155,9 +157,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     // acc = W X^T over the slice: box b's k-step ks at byte 32 ks of its 128-byte rows
-    float acc[kRows / 2];
+    float acc[ROWS / 2];
 #pragma unroll
-    for (int i = 0; i < kRows / 2; i++) acc[i] = 0.0f;
+    for (int i = 0; i < ROWS / 2; i++) acc[i] = 0.0f;
     mbar_wait(&w_full, 0);
     if (DECODE_GEMM_PROBE != 2) mbar_wait(&x_full, 0);
     const uint64_t dw = smem_desc(w_tile, 16, 1024), dx = smem_desc(x_tile, 16, 1024);
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int ks = 0; ks < kBoxCols / 16; ks++)
             wgmma_ss<0>(acc, desc_advance(dw, b * kBoxBytes + 32 * ks),
-                        desc_advance(dx, b * kBoxBytes + 32 * ks), 1);
+                        desc_advance(dx, b * kXBoxBytes + 32 * ks), 1);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(acc);
@@ -177,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // products are done (the barrier)
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < kRows / 2; i++) {
+    for (int i = 0; i < ROWS / 2; i++) {
         const int n = 2 * t + Frag::col(i), ch = 16 * warp + g + Frag::row(i);
         if (n < N) staged[block_at(n % SPLITS, n / SPLITS, rows_per, n, ch)] = acc[i];
     }
@@ -248,34 +250,51 @@ int splits_for(int K, int OC) {
 // the shared memory of a call: the boxes of W and X (or the staged sums over them, where those
 // need more: SPLITS blocks of rows_per rows of 64 fp32 sums, at most 71 rows), then the parts (as
 // many), + the 1024-byte alignment
-size_t smem_bytes(int boxes, int N, int splits) {
-    return 1024 + boxes_bytes(boxes, N, splits) + (size_t)ceil_div(N, splits) * splits * kChannels * 4;
+size_t smem_bytes(int boxes, int rows, int N, int splits) {
+    return 1024 + boxes_bytes(boxes, rows, N, splits) + (size_t)ceil_div(N, splits) * splits * kChannels * 4;
 }
 constexpr size_t kSmemMax = 1024 + (size_t)2 * kMaxBoxes * kBoxBytes + (kRows + kMaxSplits - 1) * kChannels * 4;
 
-// a grid of OC / 64 tiles x SPLITS slices of BOXES boxes, each tile's slices one cluster
-template <int SPLITS, int BOXES>
+// a grid of OC / 64 tiles x SPLITS slices of BOXES boxes, each tile's slices one cluster; the
+// run-time (rows, splits, boxes) to their instantiation, one switch each
+template <int ROWS, int SPLITS, int BOXES>
 void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a) {
+    auto kernel = decode_gemm_kernel<ROWS, SPLITS, BOXES>;
     static bool asked = false;   // past the 48 KiB a kernel gets without asking
     if (!asked) {
-        CUDA_CHECK(cudaFuncSetAttribute(decode_gemm_kernel<SPLITS, BOXES>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemMax));
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemMax));
         asked = true;
     }
-    launch_pdl_cluster(decode_gemm_kernel<SPLITS, BOXES>, a.OC / kChannels * SPLITS, kThreads,
-                       smem_bytes(BOXES, a.N, SPLITS), SPLITS, w_map, x_map, a);
+    launch_pdl_cluster(kernel, a.OC / kChannels * SPLITS, kThreads, smem_bytes(BOXES, ROWS, a.N, SPLITS),
+                       SPLITS, w_map, x_map, a);
 }
-template <int SPLITS>
+template <int ROWS, int SPLITS>
 void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a, int boxes) {
     switch (boxes) {
-    case 1: launch<SPLITS, 1>(w_map, x_map, a); break;
-    case 2: launch<SPLITS, 2>(w_map, x_map, a); break;
-    case 3: launch<SPLITS, 3>(w_map, x_map, a); break;
-    case 4: launch<SPLITS, 4>(w_map, x_map, a); break;
-    case 5: launch<SPLITS, 5>(w_map, x_map, a); break;
-    default: launch<SPLITS, 6>(w_map, x_map, a); break;
+    case 1: launch<ROWS, SPLITS, 1>(w_map, x_map, a); break;
+    case 2: launch<ROWS, SPLITS, 2>(w_map, x_map, a); break;
+    case 3: launch<ROWS, SPLITS, 3>(w_map, x_map, a); break;
+    case 4: launch<ROWS, SPLITS, 4>(w_map, x_map, a); break;
+    case 5: launch<ROWS, SPLITS, 5>(w_map, x_map, a); break;
+    default: launch<ROWS, SPLITS, 6>(w_map, x_map, a); break;
     }
 }
+template <int ROWS>
+void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a, int splits, int boxes) {
+    switch (splits) {
+    case 1: launch<ROWS, 1>(w_map, x_map, a, boxes); break;
+    case 2: launch<ROWS, 2>(w_map, x_map, a, boxes); break;
+    case 3: launch<ROWS, 3>(w_map, x_map, a, boxes); break;
+    case 4: launch<ROWS, 4>(w_map, x_map, a, boxes); break;
+    case 5: launch<ROWS, 5>(w_map, x_map, a, boxes); break;
+    case 6: launch<ROWS, 6>(w_map, x_map, a, boxes); break;
+    case 7: launch<ROWS, 7>(w_map, x_map, a, boxes); break;
+    default: launch<ROWS, 8>(w_map, x_map, a, boxes); break;
+    }
+}
+
+// the tile's rows: N rounded up to 16, 32 or 64 (wgmma's N; the X boxes' rows)
+int tile_rows(int N) { return N <= 16 ? 16 : N <= 32 ? 32 : 64; }
 
 }  // namespace
 
@@ -305,18 +324,12 @@ void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *weight, cons
     const int splits = splits_for(K, OC), boxes = K / kBoxCols / splits;
     const CUtensorMap w_map =
         *tensor_map_4d(weight, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, K, 1, OC, 1, kBoxCols, kChannels);
+    const int rows = tile_rows(N);
     const CUtensorMap x_map =
-        *tensor_map_4d(inp, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, K, 1, N, 1, kBoxCols, kRows);
+        *tensor_map_4d(inp, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, K, 1, N, 1, kBoxCols, rows);
     const Args a = {BF(out), CBF(bias), N, OC, residual ? kBiasResidual : gelu ? kBiasGelu : kBias};
-    switch (splits) {
-    case 1: launch<1>(w_map, x_map, a, boxes); break;
-    case 2: launch<2>(w_map, x_map, a, boxes); break;
-    case 3: launch<3>(w_map, x_map, a, boxes); break;
-    case 4: launch<4>(w_map, x_map, a, boxes); break;
-    case 5: launch<5>(w_map, x_map, a, boxes); break;
-    case 6: launch<6>(w_map, x_map, a, boxes); break;
-    case 7: launch<7>(w_map, x_map, a, boxes); break;
-    default: launch<8>(w_map, x_map, a, boxes); break;
-    }
+    if (rows == 16) launch<16>(w_map, x_map, a, splits, boxes);
+    else if (rows == 32) launch<32>(w_map, x_map, a, splits, boxes);
+    else launch<64>(w_map, x_map, a, splits, boxes);
     LAUNCH_CHECK();
 }

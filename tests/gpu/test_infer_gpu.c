@@ -4,7 +4,8 @@
 // writes bit for bit, the argmax, and the model's KV-cached decoding (through a CUDA graph)
 // against recomputing the whole sequence. Prints SKIP and passes where there is no GPU.
 // --sanitize: the cache writes, the argmax and the fused calls at a few shapes and row counts
-// only (1, 4, 9, 16, 64 rows: gemv_kernel, gemv_tc_kernel, the wgmma kernel; the LM head at 1 and 4),
+// only (1, 4, 9, 16, 17, 64 rows: gemv_kernel, gemv_tc_kernel, the wgmma kernel's three tile
+// heights; the LM head at 1 and 4),
 // small enough for compute-sanitizer's racecheck and synccheck.
 //
 // Tolerances: attention_decode relative 1e-2 (its output is rounded to bf16, 2^-9 relative,
@@ -214,14 +215,15 @@ static void test_fused_calls(unsigned long long *rng) {
     // KC = 12), a small model's (K = 256), a K that is no multiple of 256
     int shapes[][2] = {{768, 2304}, {3072, 768}, {768, 3072}, {256, 1024}, {1024, 256}, {200, 72}};
     // 1: gemv_kernel; 2-8: gemv_tc_kernel; 9-64 on Hopper: decode_gemm_sm90.cu's wgmma kernel
-    // (rows past N in its tile as TMA's zeros), elsewhere 9-16 gemm_rows_kernel; the plain path
-    // (GELU and add in cuBLASLt's epilogue) where a shape fits neither (K = 200)
-    int rows[] = {1, 2, 3, 4, 6, 8, 9, 13, 16, 17, 40, 64};
+    // (tiles of 16, 32 or 64 rows, those past N TMA's zeros), elsewhere 9-16 gemm_rows_kernel; the
+    // plain path (GELU and add in cuBLASLt's epilogue) where a shape fits neither (K = 200)
+    int rows[] = {1, 2, 3, 4, 6, 8, 9, 13, 16, 17, 32, 40, 64};
     const size_t nshapes = sanitize_mode ? 2 : sizeof(shapes) / sizeof(shapes[0]);
     for (size_t k = 0; k < nshapes; k++) {
         int C = shapes[k][0], OC = shapes[k][1];
         for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
-            if (sanitize_mode && rows[r] != 1 && rows[r] != 4 && rows[r] != 9 && rows[r] != 16 && rows[r] != 64)
+            if (sanitize_mode && rows[r] != 1 && rows[r] != 4 && rows[r] != 9 && rows[r] != 16 &&
+                rows[r] != 17 && rows[r] != 64)
                 continue;
             int N = rows[r];
             float *h = malloc((size_t)(N * C + 2 * C + OC * C + OC + N * OC) * sizeof(float));
