@@ -5,32 +5,33 @@
 // attention/flash_sm90.cu is, and launched where decode_gemm_sm90_fits says so.
 //
 // Why a kernel of its own: at 9-64 rows a decode matmul reads 1.2-4.7 MB of weights once, 0.3-1.1
-// us at the copy ceiling, but cuBLASLt's kernels take 4-7 us each (a batch-64 step: 264 us of its
-// 541 us fixed cost in 49 GEMMs and their split-K reductions, docs/PERF.md, twelfth session), and
-// the mma.sync kernel (gemm_rows_kernel) ran its phases one after another. Here a CTA's whole
-// share of the weights is in flight at once, before pdl_wait (they do not depend on the kernel
-// before: with programmatic dependent launch they stream while it finishes), its share of the
-// input rows right after it, and the products are a few wgmma. What is left after the wait is one
-// L2 latency (the input rows), the products, one cluster barrier and the stores.
+// us at the copy ceiling, but cuBLASLt's kernels take 4-7 us each (a batch-64 step: 264 us in 49
+// GEMMs and their split-K reductions, docs/PERF.md, twelfth session), and session 9's mma.sync
+// kernel for these rows ran its phases one after another. Here a CTA's whole share of the weights
+// is in flight at once, before pdl_wait (they do not depend on the kernel before: with
+// programmatic dependent launch they stream while it finishes), its share of the input rows right
+// after it, and the products are a few wgmma. Measured per call of a batch-64 step (docs/PERF.md,
+// fifteenth session): the boundary itself 0.3-1.3 us, the input rows 0.1-0.5, the exchange
+// between slices about 1 us, 3.8-6.0 us in all against cuBLASLt's 4.4-7.6.
 //
-// ---- the tile picture: one CTA = 64 output channels x one slice of K, for all N <= 64 rows -------
+// ---- the tile picture: one CTA = 64 output channels x one slice of K, for all N rows ------------
 //
-//   weight (OC, K) ──TMA, before pdl_wait──► W: boxes b = 0..boxes-1 of 64 channels x 64 columns
-//   inp (N, K)     ──TMA, after pdl_wait───► X: the same boxes of 64 rows x 64 columns (rows past
-//                                               N are TMA's zeros: no bytes read)
-//   acc (64 channels x 64 rows, fp32) = sum over the boxes of W X^T   (wgmma m64n64k16, SS, both
-//                                        K-major: D^T = W X^T, so that N <= 64 rows fit one tile)
-//   acc's row n -> the shared memory of the CTA that finishes row n (rank n % splits of the tile's
-//                  cluster, one CTA a slice of K), over its boxes: distributed shared-memory
-//                  stores, which need no answer, after the cluster's first barrier (every CTA's
-//                  products are done)
-//   cluster barrier: every slice's parts are in
-//   CTA r: its rows' parts added in rank order (deterministic) + bias [GELU | + the residual,
-//   loaded while the products ran] -> out, bf16 (the bias loaded before pdl_wait)
+//   weight (OC, K) ──TMA, before pdl_wait──► W: boxes b = 0..BOXES-1 of 64 channels x 64 columns
+//   inp (N, K)     ──TMA, after pdl_wait───► X: the same boxes of ROWS x 64 (ROWS = 16, 32 or 64,
+//                                               N rounded up; rows past N are TMA's zeros)
+//   acc (64 channels x ROWS rows, fp32) = sum over the boxes of W X^T   (wgmma m64nROWSk16, SS,
+//                                          both K-major: D^T = W X^T, so that N is wgmma's N)
+//   acc -> staged, over the boxes: grouped by the rank that finishes each row (n % SPLITS)
+//   each other rank's group ──bulk copy (cp.async.bulk, CTA to CTA in the cluster)──► its parts,
+//                              completing on its mbarrier
+//   CTA r, once its SPLITS - 1 parts are in: its rows' sums added in rank order (deterministic)
+//   + bias [GELU | + the residual, loaded while the products ran] -> out, bf16 (the bias loaded
+//   before pdl_wait); a cluster barrier before the exit keeps the staging until it is copied
 //
 // The split of K: as many slices (a divisor of K / 64, at most 8, the portable cluster) as keep
-// the grid within about one CTA an SM, at most 6 boxes a slice (96 KB of shared memory): GPT-2 124M's QKV 36 tiles x 4 slices, FC 48 x 3, the projections 12 x 6 (K = 768)
-// and 12 x 8 (K = 3,072).
+// the grid within about one CTA an SM, at most 6 boxes a slice (at most 115 KB of shared memory):
+// GPT-2 124M's QKV 36 tiles x 4 slices, FC 48 x 3, the projections 12 x 6 (K = 768) and 12 x 8
+// (K = 3,072).
 //
 // Numerics as the plain layers': fp32 sums, the product rounded to bf16 before GELU and before
 // the residual add; only the order of the sum differs (cuBLASLt's is its own).

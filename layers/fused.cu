@@ -1,9 +1,8 @@
 // fused.cu: the decode step's fused calls on CUDA (layers.h): at one row, a GEMV kernel each
 // (gemv_kernel); at 2 to FUSED_MAX_ROWS rows, the same call with its products on tensor cores
-// (gemv_tc_kernel); up to FUSED_TC_MAX_ROWS, a layernorm kernel and a tensor-core kernel with
-// K split across a cluster (gemm_rows_kernel, below); with more rows, the plain layers
-// (fused_plain.h: cuBLASLt's tensor-core GEMMs, which win once a weight row serves many input
-// rows).
+// (gemv_tc_kernel); above it, up to 64 rows on Hopper, a layernorm kernel (where the call has
+// one) and decode_gemm_sm90.cu's wgmma kernel; elsewhere the plain layers (fused_plain.h:
+// cuBLASLt's tensor-core GEMMs).
 //
 // Why a GEMV of its own: at batch 1 a decode step reads 249 MB of weights (60 us at the H200's
 // ~4.2 TB/s) but took 504 us as some 150 kernels of a few microseconds each. Each matrix of
@@ -42,9 +41,7 @@
 #include <float.h>
 #include <string.h>
 
-#include <cooperative_groups.h>
-
-#include "../attention/flash_tile.cuh"   // mma_bf16 and cp_async_16: their PTX, written once
+#include "../attention/flash_tile.cuh"   // mma_bf16: its PTX, written once
 #include "../runtime/cuda_common.cuh"
 #include "decode_attention.cuh"
 #include "decode_gemm_sm90.h"
@@ -626,10 +623,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
 // +19% at 4, +54% at 8 (calls 6-8), but 7% slower at one row (calls 2-5), which therefore stays
 // on gemv_kernel.
 // The tile: the weights as B (n = 8 output channels: lane (g, t) loads 16 bytes of channel
-// row0 + g at columns 32j + 8t.., the k order inside a 32-column chunk permuted as
-// gemm_rows_kernel's, so that the 16 bytes are its B fragments of 2 k-steps) and the staged rows
-// as A (m = input row: rows g < N of 16; rows N..7 a copy of row N - 1, computed and not used;
-// rows 8..15 zero). A warp owns 8 channels and kTcChunks = 12 chunks of 32 columns (12 loads a
+// row0 + g at columns 32j + 8t.. of chunk j, a 64-byte piece of each of 8 rows per instruction)
+// and the staged rows as A (m = input row: rows g < N of 16; rows N..7 a copy of row N - 1,
+// computed and not used; rows 8..15 zero). The k order inside a 32-column chunk is permuted so
+// that the lane's 16 bytes are its B fragments of the chunk's two k-steps as they are: physical
+// column 8t + e is logical k 2t + e (e < 2), 8t + 2 + e is 2t + 8 + e, and 8t + 4.. the same for
+// the second k-step; the A fragments, read from the staged rows with the same permutation, are
+// one 16-byte shared load, and the sum over k is the same sum in another order. A warp owns 8 channels and kTcChunks = 12 chunks of 32 columns (12 loads a
 // lane in flight, 48 registers, as gemv_kernel); `ksplit` warps share a channel group's K (2 at
 // K = 768, 8 at 3,072), their fp32 sums meeting in shared memory and added in warp order. A
 // block is 2 groups of 8 channels at ksplit = 2, else one.
@@ -748,184 +748,6 @@ __global__ void __launch_bounds__(KC == 3 ? 128 : 256, KC == 3 ? 3 : 1) gemv_tc_
     grid_argmax<FUSED_MAX_ROWS>(a, reinterpret_cast<float (*)[8]>(red), reinterpret_cast<int (*)[8]>(red + warps * 32), warps);
 }
 
-// ---- 9 to 16 rows: tensor cores -----------------------------------------------------------------
-// Above FUSED_MAX_ROWS (the GEMV kernels fill at most the first 8 rows of an m16 tile), the
-// plain path's cuBLASLt GEMMs (4-7 us each, for 1.2-4.7 MB of weights) are bound by their start
-// and end, not by the weights. This kernel is the GEMV's plan on tensor cores: all of a block's
-// weights loaded before pdl_wait, the input rows staged once, one pass, the epilogue fused. (The
-// layernorm, when the call has one, stays a kernel of its own before it.) At 9-16 rows it made
-// the decode step 20% faster than cuBLASLt; at 32-64 rows (MT = 2-4) it was 4-30% slower, 8-12
-// us a call where its phases add up to 3-4 (docs/PERF.md, ninth session): FUSED_TC_MAX_ROWS.
-//
-// The grid: tiles of 32 output channels (a warp's 8 weight rows each) times `slices` slices of K
-// of 32 KCH columns, so that even a 768-channel projection has about a block per SM. A tile's
-// slices are one thread-block cluster: each leaves its fp32 sums in its shared memory, and after
-// the cluster's barrier block r adds up its share of the tile's outputs from all of them in
-// slice order (distributed shared memory: no global round trip, no counter, deterministic) and
-// applies the epilogue. A warp computes inp W^T for its 8 channels and all N <= 16 MT rows with
-// mma.sync m16n8k16 (MT m-tiles a k-step).
-// Loads: lane (g, t) = (lane / 4, lane % 4) reads 16 bytes of weight row n0 + g at columns
-// 32j + 8t.. of chunk j: a 64-byte piece of each of 8 rows per instruction, KCH of them per lane,
-// all in flight at once. The k order inside a chunk is permuted so that those 16 bytes are the
-// lane's B fragments of the chunk's two k-steps as they are: physical column 8t + e is logical k
-// 2t + e (e < 2), 8t + 2 + e is 2t + 8 + e, and 8t + 4.. the same for the second k-step. The A
-// fragments, read from the staged rows with the same permutation, are one 16-byte shared load
-// per row, and the sum over k is the same sum in another order. The rows are staged by cp.async,
-// 32 KCH + 32 values apart: the 64 bytes of padding put a row's 16-byte reads 16 banks from the
-// next row's, so a quarter-warp's eight reads cover the 32 banks once.
-// Numerics as the GEMV's: fp32 sums, the product rounded to bf16 before GELU or the residual add.
-constexpr int kTcMaxSlices = 8;   // a cluster's blocks at most (the portable limit)
-
-__host__ __device__ constexpr int tc_row_stride(int kch) { return 32 * kch + 32; }   // bf16 values
-
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-// wait until at most n (0..3) of this thread's cp.async groups are in flight
-__device__ __forceinline__ void cp_async_wait_upto(int n) {
-    switch (n) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    default: cp_async_wait<3>(); break;
-    }
-}
-#endif
-
-template <int MT, int KCH>
-__global__ void __launch_bounds__(kThreads) gemm_rows_kernel(const GemvArgs a, int slices) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900   // clusters: launched on sm_90 and later only
-    // The tile's outputs, as pairs of channels: pair p = ((warp * MT + m) * 2 + h) * 32 + lane
-    // of any slice holds rows 16m + g + 8h, channels n0 + 2t, + 1 of the lane's fragment. They
-    // are added up in groups of 128 (one a thread): group G by slice G % slices, its round
-    // G / slices. kGroups = 2 MT groups; a block owns `rounds` of them (all, with one slice).
-    constexpr int S = tc_row_stride(KCH), kGroups = 2 * MT;
-    constexpr int kStageBytes = 16 * MT * S * (int)sizeof(bf16);
-    extern __shared__ int4 smem_tc[];
-    bf16 *xs = reinterpret_cast<bf16 *>(smem_tc);   // (16 MT, 32 KCH) staged, stride S
-    // then the sums pushed to this block by every slice: [round][slice][128] pairs
-    float2 *recv = reinterpret_cast<float2 *>(reinterpret_cast<char *>(smem_tc) + kStageBytes);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    const int N = a.N, K = a.K, OC = a.OC, nchunks = K / 32;
-    const int tile = blockIdx.x / slices, slice = blockIdx.x % slices;   // slice: the cluster rank
-    const int n0 = tile * 32 + warp * 8, wrow = n0 + g, chunk0 = slice * KCH;
-    const int rounds = (kGroups - slice + slices - 1) / slices;   // the groups this block owns
-    // the output pair of this thread in round q: its row and first channel
-    auto pair_at = [&](int q, int &row, int &col) {
-        const int p = (q * slices + slice) * kThreads + threadIdx.x;
-        const int pl = p % 32, h = p / 32 % 2, m = p / 64 % MT, pw = p / (64 * MT);
-        row = 16 * m + pl / 4 + 8 * h;
-        col = tile * 32 + pw * 8 + 2 * (pl % 4);
-    };
-
-    // a block's shared memory may be written by the others only once it runs: this arrival,
-    // waited for before the first such store, says so (relaxed: nothing to order yet)
-    cluster_arrive_relaxed();
-
-    // ---- before the wait: all of this lane's weights, the bias of this thread's outputs
-    int4 w[KCH];
-#pragma unroll
-    for (int i = 0; i < KCH; i++) {
-        const int j = chunk0 + i;
-        w[i] = make_int4(0, 0, 0, 0);
-        if (j < nchunks && wrow < OC) w[i] = load_streaming(a.weight + (size_t)wrow * K + 32 * j + 8 * t);
-    }
-    // f(q, row, col) for each pair this block adds up in round q, in an output row and column
-    auto each_pair = [&](auto f) {
-#pragma unroll
-        for (int q = 0; q < kGroups; q++) {
-            int row, col;
-            pair_at(q, row, col);
-            if (q < rounds && row < N && col < OC) f(q, row, col);
-        }
-    };
-    float2 bias[kGroups], res[kGroups];
-#pragma unroll
-    for (int q = 0; q < kGroups; q++) bias[q] = res[q] = make_float2(0.0f, 0.0f);
-    each_pair([&](int q, int, int col) {
-        bias[q] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a.bias + col));
-    });
-    pdl_launch_dependents();
-    pdl_wait();
-
-    // ---- the input rows' slice into shared memory (rows N.. and columns K.. as zeros), in up
-    // to 4 cp.async groups of chunks, so that the products start when the first group is in
-    constexpr int kGroupChunks = (KCH + 3) / 4, kCopyGroups = (KCH + kGroupChunks - 1) / kGroupChunks;
-#pragma unroll
-    for (int c = 0; c < kCopyGroups; c++) {
-        const int first = c * kGroupChunks, chunks = min(kGroupChunks, KCH - first);
-        for (int i = threadIdx.x; i < 16 * MT * 4 * chunks; i += kThreads) {
-            const int n = i / (4 * chunks), v = 4 * first + i % (4 * chunks), col = 32 * chunk0 + 8 * v;
-            const bool valid = n < N && col < K;
-            cp_async_16(smem_addr(xs + n * S + 8 * v), valid ? a.inp + (size_t)n * K + col : a.inp, valid);
-        }
-        cp_async_commit();
-    }
-    // the residual this thread adds to, in flight during the products
-    if (a.epilogue == kBiasResidual)
-        each_pair([&](int q, int row, int col) {
-            res[q] = __bfloat1622float2(__ldcg(reinterpret_cast<const __nv_bfloat162 *>(a.out + (size_t)row * OC + col)));
-        });
-
-    // ---- the products, each chunk group once it has landed
-    float acc[MT][4];
-#pragma unroll
-    for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < KCH; i++) {
-        if (i % kGroupChunks == 0) {
-            cp_async_wait_upto(kCopyGroups - 1 - i / kGroupChunks);
-            __syncthreads();
-        }
-        if (chunk0 + i >= nchunks) continue;
-        const bf16 *col = xs + 32 * i + 8 * t;
-#pragma unroll
-        for (int m = 0; m < MT; m++) {
-            const int4 lo = *reinterpret_cast<const int4 *>(col + (16 * m + g) * S);
-            const int4 hi = *reinterpret_cast<const int4 *>(col + (16 * m + g + 8) * S);
-            const uint32_t k0[4] = {(uint32_t)lo.x, (uint32_t)hi.x, (uint32_t)lo.y, (uint32_t)hi.y};
-            const uint32_t k1[4] = {(uint32_t)lo.z, (uint32_t)hi.z, (uint32_t)lo.w, (uint32_t)hi.w};
-            mma_bf16(acc[m], k0, (uint32_t)w[i].x, (uint32_t)w[i].y);
-            mma_bf16(acc[m], k1, (uint32_t)w[i].z, (uint32_t)w[i].w);
-        }
-    }
-
-    // ---- this slice's sums pushed to their owners' shared memory (distributed shared memory
-    // stores: no round trip), then the cluster's barrier
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster_wait();   // every block of the cluster runs
-#pragma unroll
-    for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int p = ((warp * MT + m) * 2 + h) * 32 + lane, G = p / kThreads;
-            float2 *dst = cluster.map_shared_rank(recv, G % slices);
-            dst[(G / slices * slices + slice) * kThreads + p % kThreads] = make_float2(acc[m][2 * h], acc[m][2 * h + 1]);
-        }
-    cluster.sync();   // every slice's sums are in, and nobody writes to this block any more
-
-    // ---- this block's groups: the slices' sums added in slice order, then the epilogue
-    each_pair([&](int q, int row, int col) {
-        const float2 *x = recv + q * slices * kThreads + threadIdx.x;
-        float2 v = x[0];
-        for (int k = 1; k < slices; k++) {
-            v.x += x[k * kThreads].x;
-            v.y += x[k * kThreads].y;
-        }
-        float y0 = round_bf16(v.x + bias[q].x), y1 = round_bf16(v.y + bias[q].y);
-        if (a.epilogue == kBiasGelu) {
-            y0 = gelu_value(y0);
-            y1 = gelu_value(y1);
-        } else if (a.epilogue == kBiasResidual) {
-            y0 += res[q].x;
-            y1 += res[q].y;
-        }
-        *reinterpret_cast<__nv_bfloat162 *>(a.out + (size_t)row * OC + col) = __floats2bfloat162_rn(y0, y1);
-    });
-#else
-    __trap();   // compiled for a GPU without clusters: tc_fits never launches it (tc_ready)
-#endif
-}
-
 // the fused path is taken for a shape it handles, unless DECODE_FUSED=0 (a benchmark switch:
 // the plain layers in the same binary, for a same-run baseline)
 bool fused_enabled(void) {
@@ -1028,84 +850,10 @@ void gemv(const GemvArgs &a, int max_blocks) {
     LAUNCH_CHECK();
 }
 
-// gemm_rows_kernel's slices of K: KCH chunks of 32 columns, the largest of 16, 12, 8, 4 that
-// divides K's chunks and gives the grid a block per SM, else the largest that gives it a block
-// per SM, else 4; 0 (the plain path) when K would need more than kTcMaxSlices slices
-int tc_chunks(int K, int OC) {
-    const int nchunks = K / 32, tiles = ceil_div(OC, 32);
-    auto largest = [&](bool dividing) {   // 0: none
-        for (int kch : {16, 12, 8, 4}) {
-            const int slices = ceil_div(nchunks, kch);
-            if ((!dividing || nchunks % kch == 0) && slices <= kTcMaxSlices && tiles * slices >= cuda_num_sms)
-                return kch;
-        }
-        return 0;
-    };
-    int pick = largest(true);
-    if (!pick) pick = largest(false);
-    if (!pick) pick = 4;
-    return ceil_div(nchunks, pick) <= kTcMaxSlices ? pick : 0;
-}
-
-// the kernel can run here: the GPU has clusters, and the binary's code for it was compiled for
-// sm_90 or later (a CUDA_ARCH=sm_80 build run on a Hopper GPU JIT-compiles the sm_80 PTX, where
-// the kernel's body is compiled out)
-bool tc_ready() {
-    static int ready = -1;
-    if (ready < 0) {
-        cudaFuncAttributes attr;
-        ready = cuda_has_clusters() && cudaFuncGetAttributes(&attr, gemm_rows_kernel<1, 4>) == cudaSuccess &&
-                attr.ptxVersion >= 90;
-        cudaGetLastError();   // a failed query is an answer (not ready), not a sticky error
-    }
-    return ready;
-}
-
-// FUSED_MAX_ROWS + 1 to FUSED_TC_MAX_ROWS rows on a GPU with clusters, K a multiple of 32 (a
-// chunk), OC of 32 (a tile), the vectors aligned
-bool tc_fits(int N, int K, int OC, const void *inp, const void *weight, const void *bias,
-             const void *out) {
-    return fused_enabled() && N > FUSED_MAX_ROWS && N <= FUSED_TC_MAX_ROWS && tc_ready() &&
-           K % 32 == 0 && OC % 32 == 0 && bias && is_aligned16(inp) && is_aligned16(weight) &&
-           (uintptr_t)bias % 4 == 0 && (uintptr_t)out % 4 == 0 && tc_chunks(K, OC) > 0;
-}
-
 // above FUSED_MAX_ROWS on Hopper: decode_gemm_sm90.cu's wgmma kernel, where the call fits it
 bool wg_fits(int N, int K, int OC, const void *inp, const void *weight, const void *bias,
              const void *out) {
     return fused_enabled() && N > FUSED_MAX_ROWS && decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out);
-}
-
-template <int MT, int KCH>
-void launch_tc(const GemvArgs &a) {
-    auto kernel = gemm_rows_kernel<MT, KCH>;
-    // the staged rows, then the pushed sums: 2 MT groups of 128 pairs, rounded up to whole
-    // rounds of `slices` (2 MT + slices - 1 groups at most)
-    auto smem_bytes = [](int groups) {
-        return (size_t)16 * MT * tc_row_stride(KCH) * sizeof(bf16) + (size_t)groups * kThreads * sizeof(float2);
-    };
-    const int slices = ceil_div(a.K / 32, KCH), tiles = ceil_div(a.OC, 32);
-    // past the 48 KiB a kernel gets without asking; the most any call of it takes (8 slices)
-    static bool asked = false;
-    if (!asked) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem_bytes(2 * MT + kTcMaxSlices)));
-        asked = true;
-    }
-    launch_pdl_cluster(kernel, tiles * slices, kThreads, smem_bytes(ceil_div(2 * MT, slices) * slices),
-                       slices, a, slices);
-}
-
-// out = inp W^T + bias (+ GELU, or added to out) at 9 to 16 rows (tc_fits): one m-tile
-void gemm_rows(const GemvArgs &a) {
-    static_assert(FUSED_TC_MAX_ROWS <= 16, "gemm_rows: more rows need MT = ceil(N / 16) m-tiles");
-    switch (tc_chunks(a.K, a.OC)) {
-    case 16: launch_tc<1, 16>(a); break;
-    case 12: launch_tc<1, 12>(a); break;
-    case 8: launch_tc<1, 8>(a); break;
-    default: launch_tc<1, 4>(a); break;
-    }
-    LAUNCH_CHECK();
 }
 
 // the scratch: the LM head's counter (256 bytes), its per-block bests, then the plain calls'
@@ -1128,14 +876,9 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
                               const floatX *lnb, const floatX *weight, const floatX *bias, int N,
                               int C, int OC, int gelu) {
     PlainScratch s = plain_part(scratch, N, C);
-    if (wg_fits(N, C, OC, s.ln, weight, bias, out)) {
-        layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);   // then wgmma
-        decode_gemm_sm90(out, s.ln, weight, bias, N, C, OC, gelu, 0);
-        return;
-    }
-    if (tc_fits(N, C, OC, inp, weight, bias, out)) {   // the layernorm, then the tensor cores
+    if (wg_fits(N, C, OC, s.ln, weight, bias, out)) {   // the layernorm, then the wgmma kernel
         layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
-        gemm_rows(gemv_args(out, s.ln, NULL, NULL, weight, bias, N, C, OC, gelu ? kBiasGelu : kBias));
+        decode_gemm_sm90(out, s.ln, weight, bias, N, C, OC, gelu, 0);
         return;
     }
     if (!gemv_fits(N, C, inp, weight) || !is_aligned16(lnw) || !is_aligned16(lnb)) {
@@ -1149,10 +892,6 @@ void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
                              const floatX *weight, const floatX *bias, int N, int C, int OC) {
     if (wg_fits(N, C, OC, inp, weight, bias, residual)) {
         decode_gemm_sm90(residual, inp, weight, bias, N, C, OC, 0, 1);
-        return;
-    }
-    if (tc_fits(N, C, OC, inp, weight, bias, residual)) {
-        gemm_rows(gemv_args(residual, inp, NULL, NULL, weight, bias, N, C, OC, kBiasResidual));
         return;
     }
     if (!gemv_fits(N, C, inp, weight)) {
@@ -1174,8 +913,6 @@ void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scr
         attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
         if (wg_fits(B, C, C, att, weight, bias, residual))
             decode_gemm_sm90(residual, att, weight, bias, B, C, C, 0, 1);
-        else if (tc_fits(B, C, C, att, weight, bias, residual))
-            gemm_rows(gemv_args(residual, att, NULL, NULL, weight, bias, B, C, C, kBiasResidual));
         else
             plain_matmul_residual(residual, plain_part(scratch, B, C), att, weight, bias, B, C, C);
         return;

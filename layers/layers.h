@@ -177,18 +177,15 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
 // matrix-vector products bound by reading the weights, and at batch 1 the step's time went to
 // the boundaries between some 150 small kernels. On CUDA with N <= FUSED_MAX_ROWS each call is
 // one GEMV kernel (FMAs at one row, tensor cores at 2 to 8) that loads its weights before waiting
-// for the kernel before it (runtime/cuda_common.cuh, PDL); with more rows (tensor-core GEMMs win there) and on the CPU, the
-// layers above one after another (layers/fused_plain.h), which is also what the fused kernels
-// are tested against. Both round where the layers do (layernorm output, matmul output, GELU
+// for the kernel before it (runtime/cuda_common.cuh, PDL); above it, up to 64 rows on Hopper,
+// the layernorm a kernel and the matmul a wgmma kernel of the same plan (decode_gemm_sm90.cu:
+// K split across a thread-block cluster); otherwise and on the CPU, the layers above one after
+// another (layers/fused_plain.h), which is also what the fused kernels are tested against. Both round where the layers do (layernorm output, matmul output, GELU
 // output to floatX), so the fused results differ from the layers' only by summation order.
 // scratch: fused_scratch_size(N, C, OC) bytes for N rows, C channels in and OC outputs at most
 // (a matmul's, not the LM head's); zero before its first use (dev_memset_zero once; the LM
 // head's argmax keeps a counter there that every call leaves zero).
 #define FUSED_MAX_ROWS 8
-// above it, up to this many rows, the matmuls are a tensor-core kernel of fused.cu's own
-// (weights loaded before the wait, the epilogue fused), the layernorm still a kernel before it;
-// above it cuBLASLt's GEMMs measured faster (docs/PERF.md, ninth session)
-#define FUSED_TC_MAX_ROWS 16
 size_t fused_scratch_size(int N, int C, int OC);
 // out (N, OC) = layernorm(inp) @ weight^T + bias, then GELU when gelu != 0
 // inp (N, C), lnw, lnb (C), weight (OC, C), bias (OC)

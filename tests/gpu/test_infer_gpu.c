@@ -197,9 +197,8 @@ static void test_argmax(unsigned long long *rng) {
 // ----------------------------------------------------------------------------------------
 // the decode step's fused calls against the plain layers they fuse, on the same GPU: at
 // N <= FUSED_MAX_ROWS they are GEMV kernels of their own (layers/fused.cu: FMAs at one row,
-// tensor cores at 2-8), up to
-// FUSED_TC_MAX_ROWS a tensor-core kernel (the layernorm before it a kernel of its own), above it
-// the plain layers themselves. Tolerance relative 1e-2: both round their outputs to bf16 and sum in
+// tensor cores at 2-8), up to 64 rows on Hopper a wgmma kernel (layers/decode_gemm_sm90.cu; the
+// layernorm before it a kernel of its own), otherwise the plain layers themselves. Tolerance relative 1e-2: both round their outputs to bf16 and sum in
 // other orders; the argmax of the LM head must be exactly the first argmax of its own logits.
 
 static floatX *upload_random(float *host, size_t n, float scale, unsigned long long *rng) {
@@ -215,8 +214,8 @@ static void test_fused_calls(unsigned long long *rng) {
     // KC = 12), a small model's (K = 256), a K that is no multiple of 256
     int shapes[][2] = {{768, 2304}, {3072, 768}, {768, 3072}, {256, 1024}, {1024, 256}, {200, 72}};
     // 1: gemv_kernel; 2-8: gemv_tc_kernel; 9-64 on Hopper: decode_gemm_sm90.cu's wgmma kernel
-    // (tiles of 16, 32 or 64 rows, those past N TMA's zeros), elsewhere 9-16 gemm_rows_kernel; the
-    // plain path (GELU and add in cuBLASLt's epilogue) where a shape fits neither (K = 200)
+    // (tiles of 16, 32 or 64 rows, those past N TMA's zeros); the plain path (GELU and add in
+    // cuBLASLt's epilogue) elsewhere and where a shape fits neither (K = 200)
     int rows[] = {1, 2, 3, 4, 6, 8, 9, 13, 16, 17, 32, 40, 64};
     const size_t nshapes = sanitize_mode ? 2 : sizeof(shapes) / sizeof(shapes[0]);
     for (size_t k = 0; k < nshapes; k++) {
