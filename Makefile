@@ -41,7 +41,8 @@ PCRE2_LIBS ?= $(PCRE2_PREFIX)/lib/libpcre2-8.a
 CFLAGS = $(OPT) -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -MMD -MP $(PCRE2_CFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS = $(EXTRA_LDFLAGS)
 LDLIBS = -lm -lgomp
-# NVCC_ARCH: the target of device code; attention/flash_sm90.cu always gets sm_90a (its rule below)
+# NVCC_ARCH: the target of device code; attention/flash_sm90.cu and layers/decode_gemm_sm90.cu
+# always get sm_90a (their rule below)
 NVCC_ARCH = -arch=$(CUDA_ARCH)
 NVCCFLAGS = -O3 $(NVCC_ARCH) --use_fast_math -std=c++17 -DBACKEND_CUDA -MMD -MP \
             -Xcompiler -Wall,-Wno-unused-parameter $(EXTRA_NVCCFLAGS)
