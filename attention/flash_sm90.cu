@@ -1036,14 +1036,7 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
 }  // namespace
 
 bool flash_sm90_enabled() {
-    static int enabled = -1;
-    if (enabled < 0) {
-        int dev, major, minor;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        enabled = major == 9 && minor == 0 && env_flag("FLASH_SM90", true);
-    }
+    static const bool enabled = cuda_is_sm90() && env_flag("FLASH_SM90", true);
     return enabled;
 }
 

@@ -300,14 +300,7 @@ int tile_rows(int N) { return N <= 16 ? 16 : N <= 32 ? 32 : 64; }
 }  // namespace
 
 bool decode_gemm_sm90_enabled() {
-    static int enabled = -1;
-    if (enabled < 0) {
-        int dev, major, minor;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        enabled = major == 9 && minor == 0 && env_flag("DECODE_GEMM_SM90", 1);
-    }
+    static const bool enabled = cuda_is_sm90() && env_flag("DECODE_GEMM_SM90", 1);
     return enabled;
 }
 

@@ -166,14 +166,15 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // PDL on unless CUDA_PDL=0 (read once: a benchmark switch, to measure what it saves)
 bool pdl_enabled(void);
-// thread-block clusters (compute capability 9.0 and later)
-bool cuda_has_clusters(void);
+// the device is compute capability 9.0 (H100, H200), where the sm_90a kernels run (wgmma,
+// setmaxnreg: attention/flash_sm90.cu, layers/decode_gemm_sm90.cu); asked once
+bool cuda_is_sm90(void);
 
 // kernel<<<grid, block, smem, cuda_stream>>>(args...), allowed to start before the previous
 // kernel on the stream has finished (PDL); the kernel must keep the rules above. Kept across
 // CUDA graph capture as a programmatic edge. With cluster > 0, blocks cluster consecutive
-// blocks form a thread-block cluster (cuda_has_clusters(); grid a multiple of it). The caller
-// checks the launch (LAUNCH_CHECK).
+// blocks form a thread-block cluster (compute capability 9.0 and later; grid a multiple of it).
+// The caller checks the launch (LAUNCH_CHECK).
 template <typename... Params, typename... Args>
 static void launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                unsigned cluster, Args... args) {

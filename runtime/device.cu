@@ -67,7 +67,17 @@ void backend_describe(char *buf, size_t n) {
 
 size_t backend_workspace_size(void) { return cublaslt_workspace_size; }
 
-bool cuda_has_clusters(void) { return device_prop.major >= 9; }
+bool cuda_is_sm90(void) {
+    static int is = -1;   // asked of the driver: callers may come before the backend's init
+    if (is < 0) {
+        int dev, major, minor;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        is = major == 9 && minor == 0;
+    }
+    return is;
+}
 
 bool pdl_enabled(void) {
     static int enabled = -1;
