@@ -68,10 +68,73 @@ constexpr int kThreads = 128;                // one warpgroup
 enum Epilogue { kBias, kBiasGelu, kBiasResidual };
 
 struct Args {
-    bf16 *out;          // (N, OC); for kBiasResidual the residual, added to in place
-    const bf16 *bias;   // (OC)
-    int N, OC, epilogue;
+    bf16 *out;                 // (N, OC); for kBiasResidual the residual, added to in place
+    const bf16 *bias;          // (OC)
+    const bf16 *lnw, *lnb;     // (K): inp layer-normed first (the LN instantiations)
+    int N, K, OC, epilogue;
 };
+
+// The layernorm of the input rows, folded into the matmul after them (LN): the CTAs of a tile's
+// cluster hold its K slices, together the whole rows, so each adds up its slice's part of a row's
+// statistics and reads the others' (distributed shared memory, in rank order), in two passes as
+// layernorm.cu (the mean, then the squares about it), and normalises its slice in place. Thread
+// (row r = tid / TPR, sub = tid % TPR) takes the row's 16-byte chunks sub, sub + TPR, .. of the
+// slice (TPR = 128 / ROWS threads a row, consecutive lanes). Numerics: layernorm.cu's formulas
+// in fp32, its sums in another order (by slice, then across slices).
+template <int ROWS, int SPLITS, int BOXES>
+__device__ __forceinline__ void layernorm_slice(unsigned char *x_tile, const bf16 *ln_w, const bf16 *ln_b,
+                                                float *stats, int K) {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    constexpr int TPR = kThreads / ROWS, kChunks = BOXES * 8 / TPR;   // a thread's chunks
+    const int r = threadIdx.x / TPR, sub = threadIdx.x % TPR;
+    auto chunk = [&](int i) {   // the thread's chunk i of row r: box cc / 8, 16-byte piece cc % 8
+        const int cc = sub + TPR * i;
+        return reinterpret_cast<int4 *>(x_tile + (cc / 8) * ROWS * 128 + swizzle_128b(r, (cc % 8) * 16));
+    };
+    // the sum of v over the row's TPR threads, then over the cluster's slices, in rank order
+    auto row_total = [&](float v, float *mine) {
+#pragma unroll
+        for (int o = TPR / 2; o >= 1; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (sub == 0) mine[r] = v;
+        cluster.sync();   // every slice's part is in (release, acquire)
+        float total = 0.0f;
+#pragma unroll
+        for (int s = 0; s < SPLITS; s++) total += *cluster.map_shared_rank(mine + r, s);
+        return total;
+    };
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunks; i++) {
+        float xv[8];
+        unpack_bf16<8>(xv, *chunk(i));
+#pragma unroll
+        for (int k = 0; k < 8; k++) sum += xv[k];
+    }
+    const float m = row_total(sum, stats) / K;
+    float sumsq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunks; i++) {
+        float xv[8];
+        unpack_bf16<8>(xv, *chunk(i));
+#pragma unroll
+        for (int k = 0; k < 8; k++) sumsq += (xv[k] - m) * (xv[k] - m);
+    }
+    const float rs = rsqrtf(row_total(sumsq, stats + ROWS) / K + LAYERNORM_EPS);
+#pragma unroll
+    for (int i = 0; i < kChunks; i++) {
+        const int cc = sub + TPR * i;
+        float xv[8], wv[8], bv[8], y[8];
+        unpack_bf16<8>(xv, *chunk(i));
+        load_bf16<8>(wv, ln_w + 8 * cc);
+        load_bf16<8>(bv, ln_b + 8 * cc);
+#pragma unroll
+        for (int k = 0; k < 8; k++) y[k] = (xv[k] - m) * rs * wv[k] + bv[k];
+        store_bf16<8>(reinterpret_cast<bf16 *>(chunk(i)), y);
+    }
+    fence_proxy_async_shared();   // the normalised slice, visible to wgmma
+    __syncthreads();
+}
 
 // The slices' sums of the tile in shared memory, as blocks of rows_per rows by the CTA that finishes
 // them: row n is finished by rank o = n % SPLITS, as its j = n / SPLITS-th row. A CTA stages its
@@ -91,7 +154,7 @@ __host__ __device__ constexpr int boxes_bytes(int boxes, int rows, int N, int sp
                : (N + splits - 1) / splits * splits * kChannels * 4;
 }
 
-template <int ROWS, int SPLITS, int BOXES>
+template <int ROWS, int SPLITS, int BOXES, bool LN>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_gemm_kernel(const __grid_constant__ CUtensorMap w_map,   // weight, 64 x 64 boxes
                        const __grid_constant__ CUtensorMap x_map,   // inp, ROWS x 64 boxes
@@ -109,6 +172,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t w_full, x_full, parts_full;
+    __shared__ __align__(16) bf16 ln_w[LN ? BOXES * kBoxCols : 1], ln_b[LN ? BOXES * kBoxCols : 1];
+    __shared__ float stats[LN ? 2 * ROWS : 1];   // this slice's parts of the rows' sums, squares
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t w_tile = smem_addr(smem), x_tile = w_tile + boxes * kBoxBytes;   // 1024-aligned
     // this CTA's sums, over the boxes once its products have read them; the other slices' parts
@@ -132,6 +197,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     const int c = 2 * lane;
     const __nv_bfloat162 bias = *reinterpret_cast<const __nv_bfloat162 *>(a.bias + ch0 + c);
+    if (LN && threadIdx.x < BOXES * 16) {   // the layernorm's weights of the slice, 16 bytes a thread
+        const int v = threadIdx.x % (BOXES * 8);
+        const bf16 *src = (threadIdx.x < BOXES * 8 ? a.lnw : a.lnb) + col0 + 8 * v;
+        *reinterpret_cast<int4 *>((threadIdx.x < BOXES * 8 ? ln_w : ln_b) + 8 * v) =
+            *reinterpret_cast<const int4 *>(src);
+    }
     __syncthreads();   // the barriers are initialised
     // ... and the other slices may copy into this CTA once it says so: this arrival, waited for
     // before the copies (relaxed: thread 0's fence above has released the barriers' init)
@@ -161,8 +232,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[ROWS / 2];
 #pragma unroll
     for (int i = 0; i < ROWS / 2; i++) acc[i] = 0.0f;
-    mbar_wait(&w_full, 0);
     if (DECODE_GEMM_PROBE != 2) mbar_wait(&x_full, 0);
+    if (LN) {
+        if (kExchange) cluster_wait();   // every CTA of the cluster runs (before its statistics)
+        layernorm_slice<ROWS, SPLITS, BOXES>(smem + BOXES * kBoxBytes, ln_w, ln_b, stats, a.K);
+    }
+    mbar_wait(&w_full, 0);
     const uint64_t dw = smem_desc(w_tile, 16, 1024), dx = smem_desc(x_tile, 16, 1024);
     wgmma_fence();
 #pragma unroll
@@ -189,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // scalar stores of 16 KB into other CTAs' shared memory cost some 2 us a call, docs/PERF.md),
         // once every CTA of the cluster runs; then the blocks of the others into this one's
         fence_proxy_async_shared();   // the staged sums, visible to the copies
-        cluster_wait();
+        if (!LN) cluster_wait();      // (with LN, waited for before the statistics)
         __syncthreads();
         if (threadIdx.x == 0)
             for (int o = 0; o < SPLITS; o++)
@@ -258,9 +333,9 @@ constexpr size_t kSmemMax = 1024 + (size_t)2 * kMaxBoxes * kBoxBytes + (kRows + 
 
 // a grid of OC / 64 tiles x SPLITS slices of BOXES boxes, each tile's slices one cluster; the
 // run-time (rows, splits, boxes) to their instantiation, one switch each
-template <int ROWS, int SPLITS, int BOXES>
+template <int ROWS, int SPLITS, int BOXES, bool LN>
 void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a) {
-    auto kernel = decode_gemm_kernel<ROWS, SPLITS, BOXES>;
+    auto kernel = decode_gemm_kernel<ROWS, SPLITS, BOXES, LN>;
     static bool asked = false;   // past the 48 KiB a kernel gets without asking
     if (!asked) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemMax));
@@ -268,6 +343,11 @@ void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a) {
     }
     launch_pdl_cluster(kernel, a.OC / kChannels * SPLITS, kThreads, smem_bytes(BOXES, ROWS, a.N, SPLITS),
                        SPLITS, w_map, x_map, a);
+}
+template <int ROWS, int SPLITS, int BOXES>
+void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a) {
+    if (a.lnw) launch<ROWS, SPLITS, BOXES, true>(w_map, x_map, a);
+    else launch<ROWS, SPLITS, BOXES, false>(w_map, x_map, a);
 }
 template <int ROWS, int SPLITS>
 void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a, int boxes) {
@@ -305,15 +385,17 @@ bool decode_gemm_sm90_enabled() {
 }
 
 bool decode_gemm_sm90_fits(int N, int K, int OC, const void *inp, const void *weight,
-                           const void *bias, const void *out) {
+                           const void *bias, const void *out, const void *lnw, const void *lnb) {
     return N >= 1 && N <= kRows && K % kBoxCols == 0 && OC % kChannels == 0 && bias &&
            is_aligned16(inp) && is_aligned16(weight) && (uintptr_t)bias % 4 == 0 &&
-           (uintptr_t)out % 4 == 0 && decode_gemm_sm90_enabled() && splits_for(K, OC) > 0;
+           (uintptr_t)out % 4 == 0 && !lnw == !lnb && is_aligned16(lnw) && is_aligned16(lnb) &&
+           decode_gemm_sm90_enabled() && splits_for(K, OC) > 0;
 }
 
-void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *weight, const floatX *bias,
-                      int N, int K, int OC, int gelu, int residual) {
-    if (!decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out))
+void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *lnw, const floatX *lnb,
+                      const floatX *weight, const floatX *bias, int N, int K, int OC, int gelu,
+                      int residual) {
+    if (!decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out, lnw, lnb))
         die("decode_gemm_sm90: N %d, K %d, OC %d do not fit (decode_gemm_sm90_fits)", N, K, OC);
     const int splits = splits_for(K, OC), boxes = K / kBoxCols / splits;
     const CUtensorMap w_map =
@@ -321,7 +403,8 @@ void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *weight, cons
     const int rows = tile_rows(N);
     const CUtensorMap x_map =
         *tensor_map_4d(inp, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, K, 1, N, 1, kBoxCols, rows);
-    const Args a = {BF(out), CBF(bias), N, OC, residual ? kBiasResidual : gelu ? kBiasGelu : kBias};
+    const Args a = {BF(out), CBF(bias), CBF(lnw), CBF(lnb), N, K, OC,
+                    residual ? kBiasResidual : gelu ? kBiasGelu : kBias};
     if (rows == 16) launch<16>(w_map, x_map, a, splits, boxes);
     else if (rows == 32) launch<32>(w_map, x_map, a, splits, boxes);
     else launch<64>(w_map, x_map, a, splits, boxes);

@@ -8,10 +8,13 @@
 // DECODE_GEMM_SM90=0 (to run the other paths there, e.g. to compare); asked once
 bool decode_gemm_sm90_enabled();
 // decode_gemm_sm90 takes this call: enabled, N <= 64, K and OC multiples of 64 with a split of K
-// that fits, inp and weight 16-byte aligned, bias and out 4-byte aligned
+// that fits, inp, weight (and lnw, lnb, both or neither) 16-byte aligned, bias and out 4-byte
+// aligned
 bool decode_gemm_sm90_fits(int N, int K, int OC, const void *inp, const void *weight,
-                           const void *bias, const void *out);
-// out (N, OC) = inp (N, K) weight^T + bias; then GELU (gelu), or added to out (residual); the
-// product rounded to bf16 before either, as the plain layers do. Dies where it does not fit.
-void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *weight, const floatX *bias,
-                      int N, int K, int OC, int gelu, int residual);
+                           const void *bias, const void *out, const void *lnw, const void *lnb);
+// out (N, OC) = x (N, K) weight^T + bias, x = layernorm(inp) with lnw, lnb (K) or, where those are
+// NULL, inp itself; then GELU (gelu), or added to out (residual); the product rounded to bf16
+// before either, as the plain layers do. Dies where it does not fit.
+void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *lnw, const floatX *lnb,
+                      const floatX *weight, const floatX *bias, int N, int K, int OC, int gelu,
+                      int residual);

@@ -852,8 +852,9 @@ void gemv(const GemvArgs &a, int max_blocks) {
 
 // above FUSED_MAX_ROWS on Hopper: decode_gemm_sm90.cu's wgmma kernel, where the call fits it
 bool wg_fits(int N, int K, int OC, const void *inp, const void *weight, const void *bias,
-             const void *out) {
-    return fused_enabled() && N > FUSED_MAX_ROWS && decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out);
+             const void *out, const void *lnw = nullptr, const void *lnb = nullptr) {
+    return fused_enabled() && N > FUSED_MAX_ROWS &&
+           decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out, lnw, lnb);
 }
 
 // the scratch: the LM head's counter (256 bytes), its per-block bests, then the plain calls'
@@ -875,14 +876,13 @@ static PlainScratch plain_part(void *scratch, int N, int C) {
 void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
                               const floatX *lnb, const floatX *weight, const floatX *bias, int N,
                               int C, int OC, int gelu) {
-    PlainScratch s = plain_part(scratch, N, C);
-    if (wg_fits(N, C, OC, s.ln, weight, bias, out)) {   // the layernorm, then the wgmma kernel
-        layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
-        decode_gemm_sm90(out, s.ln, weight, bias, N, C, OC, gelu, 0);
+    if (wg_fits(N, C, OC, inp, weight, bias, out, lnw, lnb)) {
+        decode_gemm_sm90(out, inp, lnw, lnb, weight, bias, N, C, OC, gelu, 0);
         return;
     }
     if (!gemv_fits(N, C, inp, weight) || !is_aligned16(lnw) || !is_aligned16(lnb)) {
-        plain_layernorm_matmul(out, s, inp, lnw, lnb, weight, bias, N, C, OC, gelu);
+        plain_layernorm_matmul(out, plain_part(scratch, N, C), inp, lnw, lnb, weight, bias, N, C,
+                               OC, gelu);
         return;
     }
     gemv(gemv_args(out, inp, lnw, lnb, weight, bias, N, C, OC, gelu ? kBiasGelu : kBias), 1 << 30);
@@ -891,7 +891,7 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
 void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
                              const floatX *weight, const floatX *bias, int N, int C, int OC) {
     if (wg_fits(N, C, OC, inp, weight, bias, residual)) {
-        decode_gemm_sm90(residual, inp, weight, bias, N, C, OC, 0, 1);
+        decode_gemm_sm90(residual, inp, NULL, NULL, weight, bias, N, C, OC, 0, 1);
         return;
     }
     if (!gemv_fits(N, C, inp, weight)) {
@@ -912,7 +912,7 @@ void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scr
     if (B != 1 || !gemv_fits(B, C, qkv, weight)) {
         attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
         if (wg_fits(B, C, C, att, weight, bias, residual))
-            decode_gemm_sm90(residual, att, weight, bias, B, C, C, 0, 1);
+            decode_gemm_sm90(residual, att, NULL, NULL, weight, bias, B, C, C, 0, 1);
         else
             plain_matmul_residual(residual, plain_part(scratch, B, C), att, weight, bias, B, C, C);
         return;
