@@ -103,24 +103,27 @@ __device__ __forceinline__ void layernorm_slice(unsigned char *x_tile, const bf1
         for (int s = 0; s < SPLITS; s++) total += *cluster.map_shared_rank(mine + r, s);
         return total;
     };
-    float sum = 0.0f;
+    // (each pass's sum in 8 chains, one per value of a chunk, added pairwise at the end: at 64
+    // rows a thread has up to 192 values, one dependent chain of them 1-2 us)
+    auto chains = [](const float (&v)[8]) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); };
+    float sum[8] = {};
 #pragma unroll
     for (int i = 0; i < kChunks; i++) {
         float xv[8];
         unpack_bf16<8>(xv, *chunk(i));
 #pragma unroll
-        for (int k = 0; k < 8; k++) sum += xv[k];
+        for (int k = 0; k < 8; k++) sum[k] += xv[k];
     }
-    const float m = row_total(sum, stats) / K;
-    float sumsq = 0.0f;
+    const float m = row_total(chains(sum), stats) / K;
+    float sumsq[8] = {};
 #pragma unroll
     for (int i = 0; i < kChunks; i++) {
         float xv[8];
         unpack_bf16<8>(xv, *chunk(i));
 #pragma unroll
-        for (int k = 0; k < 8; k++) sumsq += (xv[k] - m) * (xv[k] - m);
+        for (int k = 0; k < 8; k++) sumsq[k] += (xv[k] - m) * (xv[k] - m);
     }
-    const float rs = rsqrtf(row_total(sumsq, stats + ROWS) / K + LAYERNORM_EPS);
+    const float rs = rsqrtf(row_total(chains(sumsq), stats + ROWS) / K + LAYERNORM_EPS);
 #pragma unroll
     for (int i = 0; i < kChunks; i++) {
         const int cc = sub + TPR * i;
