@@ -1,6 +1,7 @@
 // decode_gemm_sm90.cu: the decode step's matmuls at FUSED_MAX_ROWS + 1 to 64 rows on Hopper
-// (sm_90a: TMA, wgmma): out (N, OC) = inp (N, K) W^T + bias, then as it is, GELU, or added to
-// out (the residual). fused.cu calls it (layernorm_matmul_forward after its layernorm kernel,
+// (sm_90a: TMA, wgmma): out (N, OC) = x (N, K) W^T + bias, then as it is, GELU, or added to out
+// (the residual); x = inp, or up to 32 rows layernorm(inp) (layernorm_slice, below). fused.cu
+// calls it (layernorm_matmul_forward, above 32 rows after its layernorm kernel;
 // matmul_residual_forward, attention_matmul_residual_step); built for sm_90a as
 // attention/flash_sm90.cu is, and launched where decode_gemm_sm90_fits says so.
 //
@@ -19,6 +20,7 @@
 //   weight (OC, K) ──TMA, before pdl_wait──► W: boxes b = 0..BOXES-1 of 64 channels x 64 columns
 //   inp (N, K)     ──TMA, after pdl_wait───► X: the same boxes of ROWS x 64 (ROWS = 16, 32 or 64,
 //                                               N rounded up; rows past N are TMA's zeros)
+//   [LN: X layer-normed in place, the rows' statistics from the cluster's slices together]
 //   acc (64 channels x ROWS rows, fp32) = sum over the boxes of W X^T   (wgmma m64nROWSk16, SS,
 //                                          both K-major: D^T = W X^T, so that N is wgmma's N)
 //   acc -> staged, over the boxes: grouped by the rank that finishes each row (n % SPLITS)
@@ -55,6 +57,11 @@ constexpr int kBoxBytes = 64 * 128;          // one box of W or of X
 constexpr int kMaxBoxes = 6;                 // K boxes of a slice at most
 constexpr int kMaxSplits = 8;                // a cluster's CTAs at most (the portable limit)
 constexpr int kThreads = 128;                // one warpgroup
+// the layernorm folded in up to this many rows; above, a layernorm kernel before this one
+// measured faster (batch 48 and 64 -2% and -3%, against +1% at 32, +8-9% at 9-16: the cluster's
+// two exchanges of the statistics cost more there than the kernel boundary; docs/PERF.md,
+// fifteenth session, calls 7-8)
+constexpr int kFoldLayernormRows = 32;
 
 // A measuring tool (off by default): a build with -DDECODE_GEMM_PROBE=P skips a stage, so that a
 // timeline of the decode step shows what the stage costs (the outputs are then wrong): 1 returns
@@ -103,27 +110,24 @@ __device__ __forceinline__ void layernorm_slice(unsigned char *x_tile, const bf1
         for (int s = 0; s < SPLITS; s++) total += *cluster.map_shared_rank(mine + r, s);
         return total;
     };
-    // (each pass's sum in 8 chains, one per value of a chunk, added pairwise at the end: at 64
-    // rows a thread has up to 192 values, one dependent chain of them 1-2 us)
-    auto chains = [](const float (&v)[8]) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); };
-    float sum[8] = {};
+    float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < kChunks; i++) {
         float xv[8];
         unpack_bf16<8>(xv, *chunk(i));
 #pragma unroll
-        for (int k = 0; k < 8; k++) sum[k] += xv[k];
+        for (int k = 0; k < 8; k++) sum += xv[k];
     }
-    const float m = row_total(chains(sum), stats) / K;
-    float sumsq[8] = {};
+    const float m = row_total(sum, stats) / K;
+    float sumsq = 0.0f;
 #pragma unroll
     for (int i = 0; i < kChunks; i++) {
         float xv[8];
         unpack_bf16<8>(xv, *chunk(i));
 #pragma unroll
-        for (int k = 0; k < 8; k++) sumsq[k] += (xv[k] - m) * (xv[k] - m);
+        for (int k = 0; k < 8; k++) sumsq += (xv[k] - m) * (xv[k] - m);
     }
-    const float rs = rsqrtf(row_total(chains(sumsq), stats + ROWS) / K + LAYERNORM_EPS);
+    const float rs = rsqrtf(row_total(sumsq, stats + ROWS) / K + LAYERNORM_EPS);
 #pragma unroll
     for (int i = 0; i < kChunks; i++) {
         const int cc = sub + TPR * i;
@@ -349,8 +353,10 @@ void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a) {
 }
 template <int ROWS, int SPLITS, int BOXES>
 void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a) {
-    if (a.lnw) launch<ROWS, SPLITS, BOXES, true>(w_map, x_map, a);
-    else launch<ROWS, SPLITS, BOXES, false>(w_map, x_map, a);
+    if constexpr (ROWS <= kFoldLayernormRows) {
+        if (a.lnw) return launch<ROWS, SPLITS, BOXES, true>(w_map, x_map, a);
+    }
+    launch<ROWS, SPLITS, BOXES, false>(w_map, x_map, a);
 }
 template <int ROWS, int SPLITS>
 void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a, int boxes) {
@@ -392,6 +398,7 @@ bool decode_gemm_sm90_fits(int N, int K, int OC, const void *inp, const void *we
     return N >= 1 && N <= kRows && K % kBoxCols == 0 && OC % kChannels == 0 && bias &&
            is_aligned16(inp) && is_aligned16(weight) && (uintptr_t)bias % 4 == 0 &&
            (uintptr_t)out % 4 == 0 && !lnw == !lnb && is_aligned16(lnw) && is_aligned16(lnb) &&
+           (!lnw || N <= kFoldLayernormRows) &&
            decode_gemm_sm90_enabled() && splits_for(K, OC) > 0;
 }
 

@@ -7,9 +7,9 @@
 // true on a device of compute capability 9.0 (H100, H200) unless the environment says
 // DECODE_GEMM_SM90=0 (to run the other paths there, e.g. to compare); asked once
 bool decode_gemm_sm90_enabled();
-// decode_gemm_sm90 takes this call: enabled, N <= 64, K and OC multiples of 64 with a split of K
-// that fits, inp, weight (and lnw, lnb, both or neither) 16-byte aligned, bias and out 4-byte
-// aligned
+// decode_gemm_sm90 takes this call: enabled, N <= 64 (with a layernorm, lnw and lnb both given,
+// N <= 32), K and OC multiples of 64 with a split of K that fits, inp, weight, lnw, lnb 16-byte
+// aligned, bias and out 4-byte aligned
 bool decode_gemm_sm90_fits(int N, int K, int OC, const void *inp, const void *weight,
                            const void *bias, const void *out, const void *lnw, const void *lnb);
 // out (N, OC) = x (N, K) weight^T + bias, x = layernorm(inp) with lnw, lnb (K) or, where those are

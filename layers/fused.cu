@@ -1,8 +1,8 @@
 // fused.cu: the decode step's fused calls on CUDA (layers.h): at one row, a GEMV kernel each
 // (gemv_kernel); at 2 to FUSED_MAX_ROWS rows, the same call with its products on tensor cores
-// (gemv_tc_kernel); above it, up to 64 rows on Hopper, a layernorm kernel (where the call has
-// one) and decode_gemm_sm90.cu's wgmma kernel; elsewhere the plain layers (fused_plain.h:
-// cuBLASLt's tensor-core GEMMs).
+// (gemv_tc_kernel); above it, up to 64 rows on Hopper, decode_gemm_sm90.cu's wgmma kernel (the
+// layernorm folded in up to 32 rows, a kernel before it above); elsewhere the plain layers
+// (fused_plain.h: cuBLASLt's tensor-core GEMMs).
 //
 // Why a GEMV of its own: at batch 1 a decode step reads 249 MB of weights (60 us at the H200's
 // ~4.2 TB/s) but took 504 us as some 150 kernels of a few microseconds each. Each matrix of
@@ -876,13 +876,18 @@ static PlainScratch plain_part(void *scratch, int N, int C) {
 void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
                               const floatX *lnb, const floatX *weight, const floatX *bias, int N,
                               int C, int OC, int gelu) {
-    if (wg_fits(N, C, OC, inp, weight, bias, out, lnw, lnb)) {
+    if (wg_fits(N, C, OC, inp, weight, bias, out, lnw, lnb)) {   // the layernorm folded in
         decode_gemm_sm90(out, inp, lnw, lnb, weight, bias, N, C, OC, gelu, 0);
         return;
     }
+    PlainScratch s = plain_part(scratch, N, C);
+    if (wg_fits(N, C, OC, s.ln, weight, bias, out)) {   // more rows: the layernorm a kernel first
+        layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
+        decode_gemm_sm90(out, s.ln, NULL, NULL, weight, bias, N, C, OC, gelu, 0);
+        return;
+    }
     if (!gemv_fits(N, C, inp, weight) || !is_aligned16(lnw) || !is_aligned16(lnb)) {
-        plain_layernorm_matmul(out, plain_part(scratch, N, C), inp, lnw, lnb, weight, bias, N, C,
-                               OC, gelu);
+        plain_layernorm_matmul(out, s, inp, lnw, lnb, weight, bias, N, C, OC, gelu);
         return;
     }
     gemv(gemv_args(out, inp, lnw, lnb, weight, bias, N, C, OC, gelu ? kBiasGelu : kBias), 1 << 30);

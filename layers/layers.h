@@ -177,10 +177,11 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
 // matrix-vector products bound by reading the weights, and at batch 1 the step's time went to
 // the boundaries between some 150 small kernels. On CUDA with N <= FUSED_MAX_ROWS each call is
 // one GEMV kernel (FMAs at one row, tensor cores at 2 to 8) that loads its weights before waiting
-// for the kernel before it (runtime/cuda_common.cuh, PDL); above it, up to 64 rows on Hopper,
-// the layernorm a kernel and the matmul a wgmma kernel of the same plan (decode_gemm_sm90.cu:
-// K split across a thread-block cluster); otherwise and on the CPU, the layers above one after
-// another (layers/fused_plain.h), which is also what the fused kernels are tested against. Both round where the layers do (layernorm output, matmul output, GELU
+// for the kernel before it (runtime/cuda_common.cuh, PDL); above it, up to 64 rows on Hopper, a
+// wgmma kernel of the same plan (decode_gemm_sm90.cu: K split across a thread-block cluster; the
+// layernorm folded in up to 32 rows, a kernel of its own above); otherwise and on the CPU, the
+// layers above one after another (layers/fused_plain.h), which is also what the fused kernels
+// are tested against. Both round where the layers do (layernorm output, matmul output, GELU
 // output to floatX), so the fused results differ from the layers' only by summation order.
 // scratch: fused_scratch_size(N, C, OC) bytes for N rows, C channels in and OC outputs at most
 // (a matmul's, not the LM head's); zero before its first use (dev_memset_zero once; the LM

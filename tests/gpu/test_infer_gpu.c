@@ -198,7 +198,8 @@ static void test_argmax(unsigned long long *rng) {
 // the decode step's fused calls against the plain layers they fuse, on the same GPU: at
 // N <= FUSED_MAX_ROWS they are GEMV kernels of their own (layers/fused.cu: FMAs at one row,
 // tensor cores at 2-8), up to 64 rows on Hopper a wgmma kernel (layers/decode_gemm_sm90.cu; the
-// layernorm before it a kernel of its own), otherwise the plain layers themselves. Tolerance relative 1e-2: both round their outputs to bf16 and sum in
+// layernorm folded in up to 32 rows, a kernel of its own before it above), otherwise the plain
+// layers themselves. Tolerance relative 1e-2: both round their outputs to bf16 and sum in
 // other orders; the argmax of the LM head must be exactly the first argmax of its own logits.
 
 static floatX *upload_random(float *host, size_t n, float scale, unsigned long long *rng) {
