@@ -110,24 +110,21 @@ __device__ __forceinline__ void layernorm_slice(unsigned char *x_tile, const bf1
         for (int s = 0; s < SPLITS; s++) total += *cluster.map_shared_rank(mine + r, s);
         return total;
     };
-    float sum = 0.0f;
+    // the sum of f(x) over the thread's values, in order
+    auto slice_sum = [&](auto f) {
+        float acc = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kChunks; i++) {
-        float xv[8];
-        unpack_bf16<8>(xv, *chunk(i));
+        for (int i = 0; i < kChunks; i++) {
+            float xv[8];
+            unpack_bf16<8>(xv, *chunk(i));
 #pragma unroll
-        for (int k = 0; k < 8; k++) sum += xv[k];
-    }
-    const float m = row_total(sum, stats) / K;
-    float sumsq = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kChunks; i++) {
-        float xv[8];
-        unpack_bf16<8>(xv, *chunk(i));
-#pragma unroll
-        for (int k = 0; k < 8; k++) sumsq += (xv[k] - m) * (xv[k] - m);
-    }
-    const float rs = rsqrtf(row_total(sumsq, stats + ROWS) / K + LAYERNORM_EPS);
+            for (int k = 0; k < 8; k++) acc += f(xv[k]);
+        }
+        return acc;
+    };
+    const float m = row_total(slice_sum([](float x) { return x; }), stats) / K;
+    const float sumsq = row_total(slice_sum([&](float x) { return (x - m) * (x - m); }), stats + ROWS);
+    const float rs = rsqrtf(sumsq / K + LAYERNORM_EPS);
 #pragma unroll
     for (int i = 0; i < kChunks; i++) {
         const int cc = sub + TPR * i;
