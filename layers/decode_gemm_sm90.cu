@@ -40,8 +40,6 @@
 #include <cooperative_groups.h>
 #include <cuda.h>
 
-#include <algorithm>
-
 #include "../attention/flash_tile.cuh"   // TMA, mbarrier, wgmma: their PTX, written once
 #include "../runtime/cuda_common.cuh"
 #include "../runtime/tensor_map.h"

@@ -629,10 +629,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
 // that the lane's 16 bytes are its B fragments of the chunk's two k-steps as they are: physical
 // column 8t + e is logical k 2t + e (e < 2), 8t + 2 + e is 2t + 8 + e, and 8t + 4.. the same for
 // the second k-step; the A fragments, read from the staged rows with the same permutation, are
-// one 16-byte shared load, and the sum over k is the same sum in another order. A warp owns 8 channels and kTcChunks = 12 chunks of 32 columns (12 loads a
-// lane in flight, 48 registers, as gemv_kernel); `ksplit` warps share a channel group's K (2 at
-// K = 768, 8 at 3,072), their fp32 sums meeting in shared memory and added in warp order. A
-// block is 2 groups of 8 channels at ksplit = 2, else one.
+// one 16-byte shared load, and the sum over k is the same sum in another order. A warp owns 8
+// channels and kTcChunks = 12 chunks of 32 columns (12 loads a lane in flight, 48 registers, as
+// gemv_kernel); `ksplit` warps share a channel group's K (2 at K = 768, 8 at 3,072), their fp32
+// sums meeting in shared memory and added in warp order. A block is 2 groups of 8 channels at
+// ksplit = 2, else one.
 // Numerics: mma.sync's fp32 sums (four accumulators a warp, k-step s into s % 4, added pairwise),
 // then the warps' in order: another summation order than gemv_kernel's, rounding and epilogues
 // as its.
