@@ -227,6 +227,7 @@ void gpt2_print_memory(const GPT2 *model);
     X(v, floatX, L * B * maxT * C)  /* (L, B, NH, maxT, HS) value cache */                   \
     X(inputs, int, B + 2)           /* tokens, then the position and the length (pos + 1) */ \
     X(x, floatX, B * C)             /* (B, C) residual stream, updated in place */           \
+    X(x_stats, float, ROW_STATS_FLOATS(B, C)) /* x's row statistics (layers.h) */            \
     X(qkv, floatX, B * 3 * C)       /* (B, 3C) the new token's query, key and value */       \
     X(atty, floatX, B * C)          /* (B, C) attention output */                            \
     X(fch_gelu, floatX, B * 4 * C)  /* (B, 4C) the MLP's hidden layer, after GELU */         \

@@ -132,18 +132,22 @@ static void decode_layers(void *arg) {
     const int *pos = d->inputs + B;
     ParameterTensors p = model->params;
     void *scratch = d->fused_scratch;
+    // x's row statistics where the call that last wrote x left them (layers.h), else NULL
+    const float *stats = NULL;
     for (int l = 0; l < L; l++) {
         LayerParams w = gpt2_layer_params(&p, C, l);
         // attention block: x += attproj(attention(qkv(ln1(x))))
         layernorm_matmul_forward(d->qkv, scratch, d->x, w.ln1w, w.ln1b, w.qkvw, w.qkvb, B, C,
-                                 3 * C, 0);
-        attention_matmul_residual_step(d->x, d->atty, d->att_scratch, scratch, d->qkv,
-                                       d->k + l * layer_stride, d->v + l * layer_stride, pos,
-                                       w.attprojw, w.attprojb, B, d->maxT, d->NH, d->HS);
+                                 3 * C, 0, stats);
+        stats = attention_matmul_residual_step(d->x, d->atty, d->att_scratch, scratch, d->qkv,
+                                               d->k + l * layer_stride, d->v + l * layer_stride,
+                                               pos, w.attprojw, w.attprojb, B, d->maxT, d->NH,
+                                               d->HS, d->x_stats) ? d->x_stats : NULL;
         // MLP block: x += fcproj(gelu(fc(ln2(x))))
         layernorm_matmul_forward(d->fch_gelu, scratch, d->x, w.ln2w, w.ln2b, w.fcw, w.fcb, B, C,
-                                 4 * C, 1);
-        matmul_residual_forward(d->x, scratch, d->fch_gelu, w.fcprojw, w.fcprojb, B, 4 * C, C);
+                                 4 * C, 1, stats);
+        stats = matmul_residual_forward(d->x, scratch, d->fch_gelu, w.fcprojw, w.fcprojb, B,
+                                        4 * C, C, d->x_stats) ? d->x_stats : NULL;
     }
     lm_head_forward(d->logits, d->argmax, scratch, d->x, p.lnfw, p.lnfb, p.wte, B, C, V, Vp);
 }

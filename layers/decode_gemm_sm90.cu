@@ -1,7 +1,7 @@
 // decode_gemm_sm90.cu: the decode step's matmuls at FUSED_MAX_ROWS + 1 to 64 rows on Hopper
 // (sm_90a: TMA, wgmma): out (N, OC) = x (N, K) W^T + bias, then as it is, GELU, or added to out
-// (the residual); x = inp, or up to 32 rows layernorm(inp) (layernorm_slice, below). fused.cu
-// calls it (layernorm_matmul_forward, above 32 rows after its layernorm kernel;
+// (the residual); x = inp, or layernorm(inp) from the row statistics that the residual call
+// which wrote inp left (row_statistics, below). fused.cu calls it (layernorm_matmul_forward,
 // matmul_residual_forward, attention_matmul_residual_step); built for sm_90a as
 // attention/flash_sm90.cu is, and launched where decode_gemm_sm90_fits says so.
 //
@@ -20,7 +20,7 @@
 //   weight (OC, K) ──TMA, before pdl_wait──► W: boxes b = 0..BOXES-1 of 64 channels x 64 columns
 //   inp (N, K)     ──TMA, after pdl_wait───► X: the same boxes of ROWS x 64 (ROWS = 16, 32 or 64,
 //                                               N rounded up; rows past N are TMA's zeros)
-//   [LN: X layer-normed in place, the rows' statistics from the cluster's slices together]
+//   [LN: X layer-normed in place, with the rows' statistics loaded after pdl_wait]
 //   acc (64 channels x ROWS rows, fp32) = sum over the boxes of W X^T   (wgmma m64nROWSk16, SS,
 //                                          both K-major: D^T = W X^T, so that N is wgmma's N)
 //   acc -> staged, over the boxes: grouped by the rank that finishes each row (n % SPLITS)
@@ -28,7 +28,9 @@
 //                              completing on its mbarrier
 //   CTA r, once its SPLITS - 1 parts are in: its rows' sums added in rank order (deterministic)
 //   + bias [GELU | + the residual, loaded while the products ran] -> out, bf16 (the bias loaded
-//   before pdl_wait); a cluster barrier before the exit keeps the staging until it is copied
+//   before pdl_wait) [stats_out: each output row's mean and squares about it over the tile's
+//   64 channels, for the next call's layernorm]; a cluster barrier before the exit keeps the
+//   staging until it is copied
 //
 // The split of K: as many slices (a divisor of K / 64, at most 8, the portable cluster) as keep
 // the grid within about one CTA an SM, at most 6 boxes a slice (at most 115 KB of shared memory):
@@ -55,11 +57,6 @@ constexpr int kBoxBytes = 64 * 128;          // one box of W or of X
 constexpr int kMaxBoxes = 6;                 // K boxes of a slice at most
 constexpr int kMaxSplits = 8;                // a cluster's CTAs at most (the portable limit)
 constexpr int kThreads = 128;                // one warpgroup
-// the layernorm folded in up to this many rows; above, a layernorm kernel before this one
-// measured faster (batch 48 and 64 -2% and -3%, against +1% at 32, +8-9% at 9-16: the cluster's
-// two exchanges of the statistics cost more there than the kernel boundary; docs/PERF.md,
-// fifteenth session, calls 7-8)
-constexpr int kFoldLayernormRows = 32;
 
 // A measuring tool (off by default): a build with -DDECODE_GEMM_PROBE=P skips a stage, so that a
 // timeline of the decode step shows what the stage costs (the outputs are then wrong): 1 returns
@@ -75,64 +72,68 @@ enum Epilogue { kBias, kBiasGelu, kBiasResidual };
 struct Args {
     bf16 *out;                 // (N, OC); for kBiasResidual the residual, added to in place
     const bf16 *bias;          // (OC)
-    const bf16 *lnw, *lnb;     // (K): inp layer-normed first (the LN instantiations)
+    const bf16 *lnw, *lnb;     // (K): inp layer-normed first (the LN instantiations), with
+    const float2 *stats_in;    // (N, K / 64) its rows' statistics (row_statistics)
+    float2 *stats_out;         // kBiasResidual: (N, OC / 64) the output rows' statistics, or null
     int N, K, OC, epilogue;
 };
 
-// The layernorm of the input rows, folded into the matmul after them (LN): the CTAs of a tile's
-// cluster hold its K slices, together the whole rows, so each adds up its slice's part of a row's
-// statistics and reads the others' (distributed shared memory, in rank order), in two passes as
-// layernorm.cu (the mean, then the squares about it), and normalises its slice in place. Thread
-// (row r = tid / TPR, sub = tid % TPR) takes the row's 16-byte chunks sub, sub + TPR, .. of the
-// slice (TPR = 128 / ROWS threads a row, consecutive lanes). Numerics: layernorm.cu's formulas
-// in fp32, its sums in another order (by slice, then across slices).
-template <int ROWS, int SPLITS, int BOXES>
-__device__ __forceinline__ void layernorm_slice(unsigned char *x_tile, const bf16 *ln_w, const bf16 *ln_b,
-                                                float *stats, int K) {
-    namespace cg = cooperative_groups;
-    const cg::cluster_group cluster = cg::this_cluster();
-    constexpr int TPR = kThreads / ROWS, kChunks = BOXES * 8 / TPR;   // a thread's chunks
-    const int r = threadIdx.x / TPR, sub = threadIdx.x % TPR;
-    auto chunk = [&](int i) {   // the thread's chunk i of row r: box cc / 8, 16-byte piece cc % 8
-        const int cc = sub + TPR * i;
-        return reinterpret_cast<int4 *>(x_tile + (cc / 8) * ROWS * 128 + swizzle_128b(r, (cc % 8) * 16));
-    };
-    // the sum of v over the row's TPR threads, then over the cluster's slices, in rank order
-    auto row_total = [&](float v, float *mine) {
+// The layernorm of the input rows, folded into the matmul after them (LN), from the statistics
+// that the residual call which wrote the rows left (this kernel's epilogue with stats_out): per
+// row and 64-column piece t, its mean m_t and sum of squared deviations M2_t. Combined in piece
+// order (Chan, Golub and LeVeque's pairwise update, all pieces of 64): mean = sum m_t / T,
+// M2 = sum (M2_t + 64 (m_t - mean)^2), rstd = 1 / sqrt(M2 / K + eps), as layernorm.cu's two
+// passes give them up to the order of the sums. Thread (row r = tid / TPR, sub = tid % TPR) takes
+// the row's pieces sub, sub + TPR, .. (then the TPR threads' sums added by shuffles) and its
+// 16-byte chunks sub, sub + TPR, .. of the CTA's slice (TPR = 128 / ROWS threads a row,
+// consecutive lanes). Rows past N have no statistics: zeros (their outputs are never written).
+constexpr int kMaxPieces = 32;   // 64-column pieces of a layer-normed row at most (K <= 2,048)
+
+template <int ROWS>
+__device__ __forceinline__ void row_statistics(const float2 *stats, int N, int K, float &m, float &rs) {
+    constexpr int TPR = kThreads / ROWS, kPer = (kMaxPieces + TPR - 1) / TPR;
+    const int r = threadIdx.x / TPR, sub = threadIdx.x % TPR, T = K / kChannels;
+    float2 p[kPer];   // this thread's pieces, all loads in flight at once (through L2: the kernel
+                      // before wrote them)
+#pragma unroll
+    for (int i = 0; i < kPer; i++) {
+        const int t = sub + TPR * i;
+        p[i] = r < N && t < T ? __ldcg(stats + (size_t)r * T + t) : make_float2(0.0f, 0.0f);
+    }
+    auto row_sum = [&](float v) {   // over the row's TPR threads
 #pragma unroll
         for (int o = TPR / 2; o >= 1; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (sub == 0) mine[r] = v;
-        cluster.sync();   // every slice's part is in (release, acquire)
-        float total = 0.0f;
-#pragma unroll
-        for (int s = 0; s < SPLITS; s++) total += *cluster.map_shared_rank(mine + r, s);
-        return total;
+        return v;
     };
-    // the sum of f(x) over the thread's values, in order
-    auto slice_sum = [&](auto f) {
-        float acc = 0.0f;
+    float sum = 0.0f;
 #pragma unroll
-        for (int i = 0; i < kChunks; i++) {
-            float xv[8];
-            unpack_bf16<8>(xv, *chunk(i));
+    for (int i = 0; i < kPer; i++) sum += p[i].x;
+    m = row_sum(sum) / T;
+    float m2 = 0.0f;
 #pragma unroll
-            for (int k = 0; k < 8; k++) acc += f(xv[k]);
-        }
-        return acc;
-    };
-    const float m = row_total(slice_sum([](float x) { return x; }), stats) / K;
-    const float sumsq = row_total(slice_sum([&](float x) { return (x - m) * (x - m); }), stats + ROWS);
-    const float rs = rsqrtf(sumsq / K + LAYERNORM_EPS);
+    for (int i = 0; i < kPer; i++)
+        if (sub + TPR * i < T) m2 += p[i].y + kChannels * (p[i].x - m) * (p[i].x - m);
+    rs = rsqrtf(row_sum(m2) / K + LAYERNORM_EPS);
+}
+
+// the CTA's slice of the input rows (BOXES boxes of X at x_tile) layer-normed in place, with the
+// row's mean m and rstd rs (row_statistics), the slice's weights ln_w, ln_b
+template <int ROWS, int BOXES>
+__device__ __forceinline__ void normalise_slice(unsigned char *x_tile, const bf16 *ln_w, const bf16 *ln_b,
+                                                float m, float rs) {
+    constexpr int TPR = kThreads / ROWS, kChunks = BOXES * 8 / TPR;   // a thread's chunks
+    const int r = threadIdx.x / TPR, sub = threadIdx.x % TPR;
 #pragma unroll
     for (int i = 0; i < kChunks; i++) {
-        const int cc = sub + TPR * i;
+        const int cc = sub + TPR * i;   // box cc / 8, 16-byte piece cc % 8 of row r
+        int4 *chunk = reinterpret_cast<int4 *>(x_tile + (cc / 8) * ROWS * 128 + swizzle_128b(r, (cc % 8) * 16));
         float xv[8], wv[8], bv[8], y[8];
-        unpack_bf16<8>(xv, *chunk(i));
+        unpack_bf16<8>(xv, *chunk);
         load_bf16<8>(wv, ln_w + 8 * cc);
         load_bf16<8>(bv, ln_b + 8 * cc);
 #pragma unroll
         for (int k = 0; k < 8; k++) y[k] = (xv[k] - m) * rs * wv[k] + bv[k];
-        store_bf16<8>(reinterpret_cast<bf16 *>(chunk(i)), y);
+        store_bf16<8>(reinterpret_cast<bf16 *>(chunk), y);
     }
     fence_proxy_async_shared();   // the normalised slice, visible to wgmma
     __syncthreads();
@@ -175,7 +176,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t w_full, x_full, parts_full;
     __shared__ __align__(16) bf16 ln_w[LN ? BOXES * kBoxCols : 1], ln_b[LN ? BOXES * kBoxCols : 1];
-    __shared__ float stats[LN ? 2 * ROWS : 1];   // this slice's parts of the rows' sums, squares
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t w_tile = smem_addr(smem), x_tile = w_tile + boxes * kBoxBytes;   // 1024-aligned
     // this CTA's sums, over the boxes once its products have read them; the other slices' parts
@@ -230,15 +230,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             res[k] = *reinterpret_cast<const __nv_bfloat162 *>(a.out + (size_t)n * a.OC + ch0 + c);
     }
 
+    // the layernorm's statistics of this thread's row, while the input rows load
+    float ln_m = 0.0f, ln_rs = 0.0f;
+    if (LN) row_statistics<ROWS>(a.stats_in, N, a.K, ln_m, ln_rs);
+
     // acc = W X^T over the slice: box b's k-step ks at byte 32 ks of its 128-byte rows
     float acc[ROWS / 2];
 #pragma unroll
     for (int i = 0; i < ROWS / 2; i++) acc[i] = 0.0f;
     if (DECODE_GEMM_PROBE != 2) mbar_wait(&x_full, 0);
-    if (LN) {
-        if (kExchange) cluster_wait();   // every CTA of the cluster runs (before its statistics)
-        layernorm_slice<ROWS, SPLITS, BOXES>(smem + BOXES * kBoxBytes, ln_w, ln_b, stats, a.K);
-    }
+    if (LN) normalise_slice<ROWS, BOXES>(smem + BOXES * kBoxBytes, ln_w, ln_b, ln_m, ln_rs);
     mbar_wait(&w_full, 0);
     const uint64_t dw = smem_desc(w_tile, 16, 1024), dx = smem_desc(x_tile, 16, 1024);
     wgmma_fence();
@@ -266,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // scalar stores of 16 KB into other CTAs' shared memory cost some 2 us a call, docs/PERF.md),
         // once every CTA of the cluster runs; then the blocks of the others into this one's
         fence_proxy_async_shared();   // the staged sums, visible to the copies
-        if (!LN) cluster_wait();      // (with LN, waited for before the statistics)
+        cluster_wait();
         __syncthreads();
         if (threadIdx.x == 0)
             for (int o = 0; o < SPLITS; o++)
@@ -305,8 +306,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             *out = __floats2bfloat162_rn(gelu_value(__bfloat162float(__float2bfloat16_rn(x))),
                                          gelu_value(__bfloat162float(__float2bfloat16_rn(y))));
         } else {
-            *out = __floats2bfloat162_rn(__bfloat162float(res[k].x) + __bfloat162float(__float2bfloat16_rn(x)),
-                                         __bfloat162float(res[k].y) + __bfloat162float(__float2bfloat16_rn(y)));
+            const __nv_bfloat162 o = __floats2bfloat162_rn(
+                __bfloat162float(res[k].x) + __bfloat162float(__float2bfloat16_rn(x)),
+                __bfloat162float(res[k].y) + __bfloat162float(__float2bfloat16_rn(y)));
+            *out = o;
+            if (a.stats_out) {   // the row's 64 new values: their mean and squares about it
+                const float y0 = __bfloat162float(o.x), y1 = __bfloat162float(o.y);
+                const float mt = warp_allreduce_sum(y0 + y1) * (1.0f / kChannels);
+                const float m2 = warp_allreduce_sum((y0 - mt) * (y0 - mt) + (y1 - mt) * (y1 - mt));
+                if (lane == 0) a.stats_out[(size_t)n * (a.OC / kChannels) + ch0 / kChannels] = make_float2(mt, m2);
+            }
         }
     }
     if (kExchange) cluster_wait();   // every copy out of this CTA's staging is done
@@ -348,10 +357,8 @@ void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a) {
 }
 template <int ROWS, int SPLITS, int BOXES>
 void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a) {
-    if constexpr (ROWS <= kFoldLayernormRows) {
-        if (a.lnw) return launch<ROWS, SPLITS, BOXES, true>(w_map, x_map, a);
-    }
-    launch<ROWS, SPLITS, BOXES, false>(w_map, x_map, a);
+    if (a.lnw) launch<ROWS, SPLITS, BOXES, true>(w_map, x_map, a);
+    else launch<ROWS, SPLITS, BOXES, false>(w_map, x_map, a);
 }
 template <int ROWS, int SPLITS>
 void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a, int boxes) {
@@ -389,18 +396,20 @@ bool decode_gemm_sm90_enabled() {
 }
 
 bool decode_gemm_sm90_fits(int N, int K, int OC, const void *inp, const void *weight,
-                           const void *bias, const void *out, const void *lnw, const void *lnb) {
+                           const void *bias, const void *out, const void *lnw, const void *lnb,
+                           const float *stats_in) {
     return N >= 1 && N <= kRows && K % kBoxCols == 0 && OC % kChannels == 0 && bias &&
            is_aligned16(inp) && is_aligned16(weight) && (uintptr_t)bias % 4 == 0 &&
-           (uintptr_t)out % 4 == 0 && !lnw == !lnb && is_aligned16(lnw) && is_aligned16(lnb) &&
-           (!lnw || N <= kFoldLayernormRows) &&
+           (uintptr_t)out % 4 == 0 && !lnw == !lnb && !lnw == !stats_in && is_aligned16(lnw) &&
+           is_aligned16(lnb) && (uintptr_t)stats_in % 8 == 0 && (!lnw || K / kChannels <= kMaxPieces) &&
            decode_gemm_sm90_enabled() && splits_for(K, OC) > 0;
 }
 
 void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *lnw, const floatX *lnb,
-                      const floatX *weight, const floatX *bias, int N, int K, int OC, int gelu,
-                      int residual) {
-    if (!decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out, lnw, lnb))
+                      const float *stats_in, const floatX *weight, const floatX *bias, int N, int K,
+                      int OC, int gelu, int residual, float *stats_out) {
+    if (!decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out, lnw, lnb, stats_in) ||
+        (stats_out && (!residual || (uintptr_t)stats_out % 8)))
         die("decode_gemm_sm90: N %d, K %d, OC %d do not fit (decode_gemm_sm90_fits)", N, K, OC);
     const int splits = splits_for(K, OC), boxes = K / kBoxCols / splits;
     const CUtensorMap w_map =
@@ -408,8 +417,9 @@ void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *lnw, const f
     const int rows = tile_rows(N);
     const CUtensorMap x_map =
         *tensor_map_4d(inp, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, K, 1, N, 1, kBoxCols, rows);
-    const Args a = {BF(out), CBF(bias), CBF(lnw), CBF(lnb), N, K, OC,
-                    residual ? kBiasResidual : gelu ? kBiasGelu : kBias};
+    const Args a = {BF(out), CBF(bias), CBF(lnw), CBF(lnb),
+                    reinterpret_cast<const float2 *>(stats_in), reinterpret_cast<float2 *>(stats_out),
+                    N, K, OC, residual ? kBiasResidual : gelu ? kBiasGelu : kBias};
     if (rows == 16) launch<16>(w_map, x_map, a, splits, boxes);
     else if (rows == 32) launch<32>(w_map, x_map, a, splits, boxes);
     else launch<64>(w_map, x_map, a, splits, boxes);

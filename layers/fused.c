@@ -7,23 +7,27 @@ size_t fused_scratch_size(int N, int C, int OC) { return plain_scratch_size(N, C
 
 void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
                               const floatX *lnb, const floatX *weight, const floatX *bias, int N,
-                              int C, int OC, int gelu) {
+                              int C, int OC, int gelu, const float *stats) {
     plain_layernorm_matmul(out, plain_scratch(scratch, N, C), inp, lnw, lnb, weight, bias, N, C,
                            OC, gelu);
 }
 
-void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
-                             const floatX *weight, const floatX *bias, int N, int C, int OC) {
+int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
+                            const floatX *weight, const floatX *bias, int N, int C, int OC,
+                            float *stats) {
     plain_matmul_residual(residual, plain_scratch(scratch, N, C), inp, weight, bias, N, C, OC);
+    return 0;
 }
 
-void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
-                                    void *scratch, const floatX *qkv, floatX *kcache,
-                                    floatX *vcache, const int *pos, const floatX *weight,
-                                    const floatX *bias, int B, int maxT, int NH, int HS) {
+int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
+                                   void *scratch, const floatX *qkv, floatX *kcache,
+                                   floatX *vcache, const int *pos, const floatX *weight,
+                                   const floatX *bias, int B, int maxT, int NH, int HS,
+                                   float *stats) {
     const int C = NH * HS;
     attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
     plain_matmul_residual(residual, plain_scratch(scratch, B, C), att, weight, bias, B, C, C);
+    return 0;
 }
 
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,

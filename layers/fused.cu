@@ -1,8 +1,8 @@
 // fused.cu: the decode step's fused calls on CUDA (layers.h): at one row, a GEMV kernel each
 // (gemv_kernel); at 2 to FUSED_MAX_ROWS rows, the same call with its products on tensor cores
 // (gemv_tc_kernel); above it, up to 64 rows on Hopper, decode_gemm_sm90.cu's wgmma kernel (the
-// layernorm folded in up to 32 rows, a kernel before it above); elsewhere the plain layers
-// (fused_plain.h: cuBLASLt's tensor-core GEMMs).
+// layernorm folded in, from the row statistics the residual call before left; a kernel before
+// it where there are none); elsewhere the plain layers (fused_plain.h: cuBLASLt's GEMMs).
 //
 // Why a GEMV of its own: at batch 1 a decode step reads 249 MB of weights (60 us at the H200's
 // ~4.2 TB/s) but took 504 us as some 150 kernels of a few microseconds each. Each matrix of
@@ -853,9 +853,10 @@ void gemv(const GemvArgs &a, int max_blocks) {
 
 // above FUSED_MAX_ROWS on Hopper: decode_gemm_sm90.cu's wgmma kernel, where the call fits it
 bool wg_fits(int N, int K, int OC, const void *inp, const void *weight, const void *bias,
-             const void *out, const void *lnw = nullptr, const void *lnb = nullptr) {
+             const void *out, const void *lnw = nullptr, const void *lnb = nullptr,
+             const float *stats = nullptr) {
     return fused_enabled() && N > FUSED_MAX_ROWS &&
-           decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out, lnw, lnb);
+           decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out, lnw, lnb, stats);
 }
 
 // the scratch: the LM head's counter (256 bytes), its per-block bests, then the plain calls'
@@ -876,15 +877,16 @@ static PlainScratch plain_part(void *scratch, int N, int C) {
 
 void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
                               const floatX *lnb, const floatX *weight, const floatX *bias, int N,
-                              int C, int OC, int gelu) {
-    if (wg_fits(N, C, OC, inp, weight, bias, out, lnw, lnb)) {   // the layernorm folded in
-        decode_gemm_sm90(out, inp, lnw, lnb, weight, bias, N, C, OC, gelu, 0);
+                              int C, int OC, int gelu, const float *stats) {
+    // with the row statistics the residual call before left: the layernorm folded in
+    if (stats && wg_fits(N, C, OC, inp, weight, bias, out, lnw, lnb, stats)) {
+        decode_gemm_sm90(out, inp, lnw, lnb, stats, weight, bias, N, C, OC, gelu, 0, NULL);
         return;
     }
     PlainScratch s = plain_part(scratch, N, C);
-    if (wg_fits(N, C, OC, s.ln, weight, bias, out)) {   // more rows: the layernorm a kernel first
+    if (wg_fits(N, C, OC, s.ln, weight, bias, out)) {   // without them, the layernorm a kernel first
         layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
-        decode_gemm_sm90(out, s.ln, NULL, NULL, weight, bias, N, C, OC, gelu, 0);
+        decode_gemm_sm90(out, s.ln, NULL, NULL, NULL, weight, bias, N, C, OC, gelu, 0, NULL);
         return;
     }
     if (!gemv_fits(N, C, inp, weight) || !is_aligned16(lnw) || !is_aligned16(lnb)) {
@@ -894,38 +896,43 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
     gemv(gemv_args(out, inp, lnw, lnb, weight, bias, N, C, OC, gelu ? kBiasGelu : kBias), 1 << 30);
 }
 
-void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
-                             const floatX *weight, const floatX *bias, int N, int C, int OC) {
+int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
+                            const floatX *weight, const floatX *bias, int N, int C, int OC,
+                            float *stats) {
     if (wg_fits(N, C, OC, inp, weight, bias, residual)) {
-        decode_gemm_sm90(residual, inp, NULL, NULL, weight, bias, N, C, OC, 0, 1);
-        return;
+        decode_gemm_sm90(residual, inp, NULL, NULL, NULL, weight, bias, N, C, OC, 0, 1, stats);
+        return stats != NULL;
     }
     if (!gemv_fits(N, C, inp, weight)) {
         plain_matmul_residual(residual, plain_part(scratch, N, C), inp, weight, bias, N, C, OC);
-        return;
+        return 0;
     }
     gemv(gemv_args(residual, inp, NULL, NULL, weight, bias, N, C, OC, kBiasResidual), 1 << 30);
+    return 0;
 }
 
-void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
-                                    void *scratch, const floatX *qkv, floatX *kcache,
-                                    floatX *vcache, const int *pos, const floatX *weight,
-                                    const floatX *bias, int B, int maxT, int NH, int HS) {
+int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
+                                   void *scratch, const floatX *qkv, floatX *kcache,
+                                   floatX *vcache, const int *pos, const floatX *weight,
+                                   const floatX *bias, int B, int maxT, int NH, int HS,
+                                   float *stats) {
     const int C = NH * HS;
     // At one row only: each thread then stages one chunk of 8 channels, one combine. At 4 and 8
     // rows it stages 3-6 chunks one after another, and the step measured 3-7% slower than with
     // the attention combining its own splits (docs/PERF.md).
     if (B != 1 || !gemv_fits(B, C, qkv, weight)) {
         attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
-        if (wg_fits(B, C, C, att, weight, bias, residual))
-            decode_gemm_sm90(residual, att, NULL, NULL, weight, bias, B, C, C, 0, 1);
-        else
-            plain_matmul_residual(residual, plain_part(scratch, B, C), att, weight, bias, B, C, C);
-        return;
+        if (wg_fits(B, C, C, att, weight, bias, residual)) {
+            decode_gemm_sm90(residual, att, NULL, NULL, NULL, weight, bias, B, C, C, 0, 1, stats);
+            return stats != NULL;
+        }
+        plain_matmul_residual(residual, plain_part(scratch, B, C), att, weight, bias, B, C, C);
+        return 0;
     }
     GemvArgs a = gemv_args(residual, NULL, NULL, NULL, weight, bias, B, C, C, kBiasResidual);
     a.att = attention_decode_step_records(att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
     gemv(a, 1 << 30);
+    return 0;
 }
 
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,

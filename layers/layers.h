@@ -188,25 +188,36 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
 // head's argmax keeps a counter there that every call leaves zero).
 #define FUSED_MAX_ROWS 8
 size_t fused_scratch_size(int N, int C, int OC);
+// The residual stream's row statistics, from a residual call to the layernorm call after it: on
+// CUDA's wgmma path (9-64 rows on Hopper) a residual call given `stats` leaves there, for each
+// row it writes, the mean and the sum of squared deviations of each 64-column piece ((N, C / 64)
+// float pairs: ROW_STATS_FLOATS) and returns 1; layernorm_matmul_forward given them folds the
+// layernorm into its matmul, with no pass over the rows of its own. A call that returns 0 left
+// nothing, and the next layernorm call gets NULL; the CPU's calls return 0 and ignore stats.
+#define ROW_STATS_FLOATS(N, C) ((size_t)(N) * (((C) + 63) / 64) * 2)
 // out (N, OC) = layernorm(inp) @ weight^T + bias, then GELU when gelu != 0
-// inp (N, C), lnw, lnb (C), weight (OC, C), bias (OC)
+// inp (N, C), lnw, lnb (C), weight (OC, C), bias (OC); stats: inp's row statistics or NULL
 void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
                               const floatX *lnb, const floatX *weight, const floatX *bias, int N,
-                              int C, int OC, int gelu);
+                              int C, int OC, int gelu, const float *stats);
 // residual (N, OC) += inp @ weight^T + bias, the product rounded to floatX before the add (as
-// matmul_forward then residual_forward). inp (N, C), weight (OC, C), bias (OC)
-void matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
-                             const floatX *weight, const floatX *bias, int N, int C, int OC);
+// matmul_forward then residual_forward). inp (N, C), weight (OC, C), bias (OC). Returns 1 where
+// it left the new rows' statistics in stats (not NULL), else 0
+int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
+                            const floatX *weight, const floatX *bias, int N, int C, int OC,
+                            float *stats);
 // The decode step's attention and its output projection: att = attention_decode_step(qkv,
 // kcache, vcache, pos) as above, then residual (B, C) += att @ weight^T + bias as
 // matmul_residual_forward, C = NH * HS. On CUDA at B = 1 the attention's splits leave their
 // partial results in att_scratch and the projection's GEMV combines them as it reads its
 // input: att is not written, and the attention needs no combine of its own.
 // att_scratch: attention_decode_scratch_size bytes; scratch: fused_scratch_size(B, C, C).
-void attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
-                                    void *scratch, const floatX *qkv, floatX *kcache,
-                                    floatX *vcache, const int *pos, const floatX *weight,
-                                    const floatX *bias, int B, int maxT, int NH, int HS);
+// Returns 1 where it left residual's row statistics in stats, as matmul_residual_forward.
+int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
+                                   void *scratch, const floatX *qkv, floatX *kcache,
+                                   floatX *vcache, const int *pos, const floatX *weight,
+                                   const floatX *bias, int B, int maxT, int NH, int HS,
+                                   float *stats);
 // The tied LM head and greedy decoding's choice: logits (N, Vp) = layernorm(inp) @ wte^T,
 // argmax (N) as logits_argmax gives it over the first V columns of the rounded logits.
 // inp (N, C), lnw, lnb (C), wte (Vp, C)

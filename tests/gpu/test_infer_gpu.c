@@ -130,7 +130,7 @@ static void test_attention_decode(unsigned long long *rng) {
             floatX_download(want, dgot, B * C);
             dev_copy(dgot, dres, (size_t)B * C * sizeof(floatX));
             attention_matmul_residual_step(dgot, datt, dscratch, dfused, dqkv, dk2, dv2, dlen, dw, dbias,
-                                           B, maxT, NH, HS);
+                                           B, maxT, NH, HS, NULL);
             floatX_download(got, dgot, B * C);
             CHECK_CLOSE(got, want, (size_t)B * C, 1e-2, "attention_matmul_residual_step B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
@@ -241,7 +241,7 @@ static void test_fused_calls(unsigned long long *rng) {
             void *scratch = dev_malloc(scratch_bytes, "scratch");
             dev_memset_zero(scratch, scratch_bytes);
             for (int gelu = 0; gelu <= 1; gelu++) {
-                layernorm_matmul_forward(out, scratch, inp, lnw, lnb, w, bias, N, C, OC, gelu);
+                layernorm_matmul_forward(out, scratch, inp, lnw, lnb, w, bias, N, C, OC, gelu, NULL);
                 floatX_download(got, out, (size_t)N * OC);
                 layernorm_forward(ln, stats, stats + N, inp, lnw, lnb, N, C);
                 matmul_forward(gelu ? pre : out, ln, w, bias, N, C, OC);
@@ -251,12 +251,40 @@ static void test_fused_calls(unsigned long long *rng) {
                             N, C, OC, gelu);
             }
             dev_copy(res2, res, (size_t)N * OC * sizeof(floatX));
-            matmul_residual_forward(res2, scratch, inp, w, bias, N, C, OC);
+            float *rstats = dev_malloc(ROW_STATS_FLOATS(N, OC) * sizeof(float), "row stats");
+            int left = matmul_residual_forward(res2, scratch, inp, w, bias, N, C, OC, rstats);
             floatX_download(got, res2, (size_t)N * OC);
             matmul_forward(pre, inp, w, bias, N, C, OC);
             residual_forward(out, res, pre, (size_t)N * OC);
             floatX_download(want, out, (size_t)N * OC);
             CHECK_CLOSE(got, want, (size_t)N * OC, 1e-2, "matmul_residual_forward N=%d C=%d OC=%d", N, C, OC);
+            if (left) {   // the layernorm of its rows from the statistics it left, into 128 outputs
+                int OC2 = 128;
+                float *h2 = malloc((size_t)OC2 * OC * sizeof(float));
+                float *got2 = malloc((size_t)N * OC2 * sizeof(float)), *want2 = malloc((size_t)N * OC2 * sizeof(float));
+                floatX *lnw2 = upload_random(h2, OC, 1.0f, rng), *lnb2 = upload_random(h2, OC, 0.5f, rng);
+                floatX *w2 = upload_random(h2, (size_t)OC2 * OC, 0.05f, rng), *b2 = upload_random(h2, OC2, 0.5f, rng);
+                floatX *out2 = dev_malloc((size_t)N * OC2 * sizeof(floatX), "out2");
+                floatX *pre2 = dev_malloc((size_t)N * OC2 * sizeof(floatX), "pre2");
+                floatX *ln2 = dev_malloc((size_t)N * OC * sizeof(floatX), "ln2");
+                float *stats2 = dev_malloc(2 * N * sizeof(float), "stats2");
+                void *scratch2 = dev_malloc(fused_scratch_size(N, OC, OC2), "scratch2");
+                dev_memset_zero(scratch2, fused_scratch_size(N, OC, OC2));
+                for (int gelu = 0; gelu <= 1; gelu++) {
+                    layernorm_matmul_forward(out2, scratch2, res2, lnw2, lnb2, w2, b2, N, OC, OC2, gelu, rstats);
+                    floatX_download(got2, out2, (size_t)N * OC2);
+                    layernorm_forward(ln2, stats2, stats2 + N, res2, lnw2, lnb2, N, OC);
+                    matmul_forward(gelu ? pre2 : out2, ln2, w2, b2, N, OC, OC2);
+                    if (gelu) gelu_forward(out2, pre2, (size_t)N * OC2);
+                    floatX_download(want2, out2, (size_t)N * OC2);
+                    CHECK_CLOSE(got2, want2, (size_t)N * OC2, 1e-2,
+                                "layernorm_matmul_forward from the row statistics N=%d C=%d OC=%d gelu=%d", N, OC, OC2, gelu);
+                }
+                dev_free(lnw2); dev_free(lnb2); dev_free(w2); dev_free(b2); dev_free(out2); dev_free(pre2);
+                dev_free(ln2); dev_free(stats2); dev_free(scratch2);
+                free(h2); free(got2); free(want2);
+            }
+            dev_free(rstats);
             dev_free(inp); dev_free(lnw); dev_free(lnb); dev_free(w); dev_free(bias); dev_free(res);
             dev_free(out); dev_free(ln); dev_free(pre); dev_free(res2); dev_free(stats); dev_free(scratch);
             free(h); free(got); free(want);
