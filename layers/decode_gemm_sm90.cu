@@ -1,9 +1,9 @@
 // decode_gemm_sm90.cu: the decode step's matmuls at FUSED_MAX_ROWS + 1 to 64 rows on Hopper
 // (sm_90a: TMA, wgmma): out (N, OC) = x (N, K) W^T + bias, then as it is, GELU, or added to out
-// (the residual); x = inp, or layernorm(inp) from the row statistics that the residual call
-// which wrote inp left (row_statistics, below). fused.cu calls it (layernorm_matmul_forward,
-// matmul_residual_forward, attention_matmul_residual_step); built for sm_90a as
-// attention/flash_sm90.cu is, and launched where decode_gemm_sm90_fits says so.
+// (the residual); x = inp, or up to 32 rows layernorm(inp) from the row statistics that the
+// residual call which wrote inp left (row_statistics, below). fused.cu calls it
+// (layernorm_matmul_forward, matmul_residual_forward, attention_matmul_residual_step); built for
+// sm_90a as attention/flash_sm90.cu is, and launched where decode_gemm_sm90_fits says so.
 //
 // Why a kernel of its own: at 9-64 rows a decode matmul reads 1.2-4.7 MB of weights once, 0.3-1.1
 // us at the copy ceiling, but cuBLASLt's kernels take 4-7 us each (a batch-64 step: 264 us in 49
@@ -57,6 +57,10 @@ constexpr int kBoxBytes = 64 * 128;          // one box of W or of X
 constexpr int kMaxBoxes = 6;                 // K boxes of a slice at most
 constexpr int kMaxSplits = 8;                // a cluster's CTAs at most (the portable limit)
 constexpr int kThreads = 128;                // one warpgroup
+// the layernorm folded in (from the row statistics) up to this many rows: above, the layernorm
+// kernel before this one measured faster (batch 64: 117.3K tokens/s folded, 122.3K as two
+// kernels; 9-32 rows +3-7% folded; docs/PERF.md, fifteenth session, call 10)
+constexpr int kFoldRows = 32;
 
 // A measuring tool (off by default): a build with -DDECODE_GEMM_PROBE=P skips a stage, so that a
 // timeline of the decode step shows what the stage costs (the outputs are then wrong): 1 returns
@@ -395,13 +399,16 @@ bool decode_gemm_sm90_enabled() {
     return enabled;
 }
 
+bool decode_gemm_sm90_folds_layernorm(int N) { return decode_gemm_sm90_enabled() && N <= kFoldRows; }
+
 bool decode_gemm_sm90_fits(int N, int K, int OC, const void *inp, const void *weight,
                            const void *bias, const void *out, const void *lnw, const void *lnb,
                            const float *stats_in) {
     return N >= 1 && N <= kRows && K % kBoxCols == 0 && OC % kChannels == 0 && bias &&
            is_aligned16(inp) && is_aligned16(weight) && (uintptr_t)bias % 4 == 0 &&
            (uintptr_t)out % 4 == 0 && !lnw == !lnb && !lnw == !stats_in && is_aligned16(lnw) &&
-           is_aligned16(lnb) && (uintptr_t)stats_in % 8 == 0 && (!lnw || K / kChannels <= kMaxPieces) &&
+           is_aligned16(lnb) && (uintptr_t)stats_in % 8 == 0 &&
+           (!lnw || (K / kChannels <= kMaxPieces && N <= kFoldRows)) &&
            decode_gemm_sm90_enabled() && splits_for(K, OC) > 0;
 }
 
@@ -409,7 +416,7 @@ void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *lnw, const f
                       const float *stats_in, const floatX *weight, const floatX *bias, int N, int K,
                       int OC, int gelu, int residual, float *stats_out) {
     if (!decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out, lnw, lnb, stats_in) ||
-        (stats_out && (!residual || (uintptr_t)stats_out % 8)))
+        (stats_out && (!residual || (uintptr_t)stats_out % 8 || N > kFoldRows)))
         die("decode_gemm_sm90: N %d, K %d, OC %d do not fit (decode_gemm_sm90_fits)", N, K, OC);
     const int splits = splits_for(K, OC), boxes = K / kBoxCols / splits;
     const CUtensorMap w_map =

@@ -7,17 +7,20 @@
 // true on a device of compute capability 9.0 (H100, H200) unless the environment says
 // DECODE_GEMM_SM90=0 (to run the other paths there, e.g. to compare); asked once
 bool decode_gemm_sm90_enabled();
+// the layernorm is folded in (and residual calls leave row statistics) at N rows: enabled, N <= 32
+bool decode_gemm_sm90_folds_layernorm(int N);
 // decode_gemm_sm90 takes this call: enabled, N <= 64, K and OC multiples of 64 with a split of K
 // that fits, inp, weight, lnw, lnb 16-byte aligned, bias, out 4-byte; a layernorm (lnw, lnb and
-// stats_in all given or none) over at most 2,048 columns
+// stats_in all given or none) where it folds, over at most 2,048 columns
 bool decode_gemm_sm90_fits(int N, int K, int OC, const void *inp, const void *weight,
                            const void *bias, const void *out, const void *lnw, const void *lnb,
                            const float *stats_in);
 // out (N, OC) = x (N, K) weight^T + bias; then GELU (gelu), or added to out (residual); the
 // product rounded to bf16 before either, as the plain layers do. x = inp, or with lnw, lnb (K)
 // layernorm(inp), its rows' statistics stats_in as a residual call left them in stats_out: (N, K /
-// 64) pairs (mean, sum of squared deviations) of 64-column pieces. stats_out (residual only, or
-// NULL): those of the output rows, (N, OC / 64) pairs. Dies where the call does not fit.
+// 64) pairs (mean, sum of squared deviations) of 64-column pieces. stats_out (residual only,
+// where it folds, or NULL): those of the output rows, (N, OC / 64) pairs. Dies where the call
+// does not fit.
 void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *lnw, const floatX *lnb,
                       const float *stats_in, const floatX *weight, const floatX *bias, int N, int K,
                       int OC, int gelu, int residual, float *stats_out);

@@ -1,8 +1,9 @@
 // fused.cu: the decode step's fused calls on CUDA (layers.h): at one row, a GEMV kernel each
 // (gemv_kernel); at 2 to FUSED_MAX_ROWS rows, the same call with its products on tensor cores
-// (gemv_tc_kernel); above it, up to 64 rows on Hopper, decode_gemm_sm90.cu's wgmma kernel (the
-// layernorm folded in, from the row statistics the residual call before left; a kernel before
-// it where there are none); elsewhere the plain layers (fused_plain.h: cuBLASLt's GEMMs).
+// (gemv_tc_kernel); above it, up to 64 rows on Hopper, decode_gemm_sm90.cu's wgmma kernel (up to
+// 32 rows the layernorm folded in, from the row statistics the residual call before left; a
+// kernel before it above, or where there are none); elsewhere the plain layers (fused_plain.h:
+// cuBLASLt's GEMMs).
 //
 // Why a GEMV of its own: at batch 1 a decode step reads 249 MB of weights (60 us at the H200's
 // ~4.2 TB/s) but took 504 us as some 150 kernels of a few microseconds each. Each matrix of
@@ -900,6 +901,7 @@ int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
                             const floatX *weight, const floatX *bias, int N, int C, int OC,
                             float *stats) {
     if (wg_fits(N, C, OC, inp, weight, bias, residual)) {
+        if (!decode_gemm_sm90_folds_layernorm(N)) stats = NULL;   // (the next layernorm a kernel)
         decode_gemm_sm90(residual, inp, NULL, NULL, NULL, weight, bias, N, C, OC, 0, 1, stats);
         return stats != NULL;
     }
@@ -923,6 +925,7 @@ int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scra
     if (B != 1 || !gemv_fits(B, C, qkv, weight)) {
         attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
         if (wg_fits(B, C, C, att, weight, bias, residual)) {
+            if (!decode_gemm_sm90_folds_layernorm(B)) stats = NULL;
             decode_gemm_sm90(residual, att, NULL, NULL, NULL, weight, bias, B, C, C, 0, 1, stats);
             return stats != NULL;
         }

@@ -179,9 +179,9 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
 // one GEMV kernel (FMAs at one row, tensor cores at 2 to 8) that loads its weights before waiting
 // for the kernel before it (runtime/cuda_common.cuh, PDL); above it, up to 64 rows on Hopper, a
 // wgmma kernel of the same plan (decode_gemm_sm90.cu: K split across a thread-block cluster; the
-// layernorm folded in up to 32 rows, a kernel of its own above); otherwise and on the CPU, the
-// layers above one after another (layers/fused_plain.h), which is also what the fused kernels
-// are tested against. Both round where the layers do (layernorm output, matmul output, GELU
+// layernorm folded in up to 32 rows, from the row statistics below, a kernel of its own above
+// and in the first layer); otherwise and on the CPU, the layers above one after another
+// (layers/fused_plain.h), which is also what the fused kernels are tested against. Both round where the layers do (layernorm output, matmul output, GELU
 // output to floatX), so the fused results differ from the layers' only by summation order.
 // scratch: fused_scratch_size(N, C, OC) bytes for N rows, C channels in and OC outputs at most
 // (a matmul's, not the LM head's); zero before its first use (dev_memset_zero once; the LM
@@ -189,7 +189,7 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
 #define FUSED_MAX_ROWS 8
 size_t fused_scratch_size(int N, int C, int OC);
 // The residual stream's row statistics, from a residual call to the layernorm call after it: on
-// CUDA's wgmma path (9-64 rows on Hopper) a residual call given `stats` leaves there, for each
+// CUDA's wgmma path (9-32 rows on Hopper) a residual call given `stats` leaves there, for each
 // row it writes, the mean and the sum of squared deviations of each 64-column piece ((N, C / 64)
 // float pairs: ROW_STATS_FLOATS) and returns 1; layernorm_matmul_forward given them folds the
 // layernorm into its matmul, with no pass over the rows of its own. A call that returns 0 left
