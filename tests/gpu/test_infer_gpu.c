@@ -199,9 +199,9 @@ static void test_argmax(unsigned long long *rng) {
 // N <= FUSED_MAX_ROWS they are GEMV kernels of their own (layers/fused.cu: FMAs at one row,
 // tensor cores at 2-8), up to 64 rows on Hopper a wgmma kernel (layers/decode_gemm_sm90.cu; the
 // layernorm folded in up to 32 rows from the row statistics a residual call left, a kernel of
-// its own before it otherwise), otherwise the plain
-// layers themselves. Tolerance relative 1e-2: both round their outputs to bf16 and sum in
-// other orders; the argmax of the LM head must be exactly the first argmax of its own logits.
+// its own before it otherwise), otherwise the plain layers themselves. Tolerance relative 1e-2:
+// both round their outputs to bf16 and sum in other orders; the argmax of the LM head must be
+// exactly the first argmax of its own logits.
 
 static floatX *upload_random(float *host, size_t n, float scale, unsigned long long *rng) {
     test_fill(host, n, scale, rng);
