@@ -211,6 +211,25 @@ static floatX *upload_random(float *host, size_t n, float scale, unsigned long l
 // --sanitize: a few shapes and row counts, no LM head, for compute-sanitizer's slow tools
 static int sanitize_mode = 0;
 
+// layernorm_matmul_forward (with rstats: inp's row statistics, or NULL) against layernorm_forward,
+// matmul_forward and gelu_forward, without and with GELU; ln (N, C), stats (2N), pre (N, OC) and
+// the host's got, want (N, OC) are the caller's space
+static void check_layernorm_matmul(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
+                                   const floatX *lnb, const floatX *w, const floatX *bias, int N,
+                                   int C, int OC, const float *rstats, floatX *ln, float *stats,
+                                   floatX *pre, float *got, float *want) {
+    for (int gelu = 0; gelu <= 1; gelu++) {
+        layernorm_matmul_forward(out, scratch, inp, lnw, lnb, w, bias, N, C, OC, gelu, rstats);
+        floatX_download(got, out, (size_t)N * OC);
+        layernorm_forward(ln, stats, stats + N, inp, lnw, lnb, N, C);
+        matmul_forward(gelu ? pre : out, ln, w, bias, N, C, OC);
+        if (gelu) gelu_forward(out, pre, (size_t)N * OC);
+        floatX_download(want, out, (size_t)N * OC);
+        CHECK_CLOSE(got, want, (size_t)N * OC, 1e-2, "layernorm_matmul_forward N=%d C=%d OC=%d gelu=%d%s",
+                    N, C, OC, gelu, rstats ? ", from the row statistics a residual call left" : "");
+    }
+}
+
 static void test_fused_calls(unsigned long long *rng) {
     // (C, OC): GPT-2 124M's QKV and FC (K = 768, KC = 3), its projections from 4C (K = 3072,
     // KC = 12), a small model's (K = 256), a K that is no multiple of 256
@@ -241,16 +260,7 @@ static void test_fused_calls(unsigned long long *rng) {
             size_t scratch_bytes = fused_scratch_size(N, C, OC);
             void *scratch = dev_malloc(scratch_bytes, "scratch");
             dev_memset_zero(scratch, scratch_bytes);
-            for (int gelu = 0; gelu <= 1; gelu++) {
-                layernorm_matmul_forward(out, scratch, inp, lnw, lnb, w, bias, N, C, OC, gelu, NULL);
-                floatX_download(got, out, (size_t)N * OC);
-                layernorm_forward(ln, stats, stats + N, inp, lnw, lnb, N, C);
-                matmul_forward(gelu ? pre : out, ln, w, bias, N, C, OC);
-                if (gelu) gelu_forward(out, pre, (size_t)N * OC);
-                floatX_download(want, out, (size_t)N * OC);
-                CHECK_CLOSE(got, want, (size_t)N * OC, 1e-2, "layernorm_matmul_forward N=%d C=%d OC=%d gelu=%d",
-                            N, C, OC, gelu);
-            }
+            check_layernorm_matmul(out, scratch, inp, lnw, lnb, w, bias, N, C, OC, NULL, ln, stats, pre, got, want);
             dev_copy(res2, res, (size_t)N * OC * sizeof(floatX));
             float *rstats = dev_malloc(ROW_STATS_FLOATS(N, OC) * sizeof(float), "row stats");
             int left = matmul_residual_forward(res2, scratch, inp, w, bias, N, C, OC, rstats);
@@ -271,16 +281,8 @@ static void test_fused_calls(unsigned long long *rng) {
                 float *stats2 = dev_malloc(2 * N * sizeof(float), "stats2");
                 void *scratch2 = dev_malloc(fused_scratch_size(N, OC, OC2), "scratch2");
                 dev_memset_zero(scratch2, fused_scratch_size(N, OC, OC2));
-                for (int gelu = 0; gelu <= 1; gelu++) {
-                    layernorm_matmul_forward(out2, scratch2, res2, lnw2, lnb2, w2, b2, N, OC, OC2, gelu, rstats);
-                    floatX_download(got2, out2, (size_t)N * OC2);
-                    layernorm_forward(ln2, stats2, stats2 + N, res2, lnw2, lnb2, N, OC);
-                    matmul_forward(gelu ? pre2 : out2, ln2, w2, b2, N, OC, OC2);
-                    if (gelu) gelu_forward(out2, pre2, (size_t)N * OC2);
-                    floatX_download(want2, out2, (size_t)N * OC2);
-                    CHECK_CLOSE(got2, want2, (size_t)N * OC2, 1e-2,
-                                "layernorm_matmul_forward from the row statistics N=%d C=%d OC=%d gelu=%d", N, OC, OC2, gelu);
-                }
+                check_layernorm_matmul(out2, scratch2, res2, lnw2, lnb2, w2, b2, N, OC, OC2, rstats, ln2,
+                                       stats2, pre2, got2, want2);
                 dev_free(lnw2); dev_free(lnb2); dev_free(w2); dev_free(b2); dev_free(out2); dev_free(pre2);
                 dev_free(ln2); dev_free(stats2); dev_free(scratch2);
                 free(h2); free(got2); free(want2);
