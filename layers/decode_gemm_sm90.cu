@@ -53,7 +53,7 @@ namespace {
 constexpr int kRows = 64;                    // input rows of a tile at most: wgmma's N (16, 32, 64)
 constexpr int kChannels = 64;                // output channels of a CTA: wgmma's M
 constexpr int kBoxCols = 64;                 // K columns of a box: one 128-byte swizzled row
-constexpr int kBoxBytes = 64 * 128;          // one box of W or of X
+constexpr int kBoxBytes = 64 * 128;          // one box of W (of X: ROWS * 128)
 constexpr int kMaxBoxes = 6;                 // K boxes of a slice at most
 constexpr int kMaxSplits = 8;                // a cluster's CTAs at most (the portable limit)
 constexpr int kThreads = 128;                // one warpgroup
