@@ -171,17 +171,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kXBoxBytes = ROWS * 128;                    // one box of X
     constexpr int kRowsPer = (ROWS + SPLITS - 1) / SPLITS;    // rows a CTA finishes, at most
     constexpr int kRounds = (kRowsPer + 3) / 4;                // of them a warp's, at most
-    constexpr int boxes = BOXES;
     constexpr bool kExchange = SPLITS > 1 && DECODE_GEMM_PROBE != 3;   // (3: a probe, above)
     const int rank = (int)cluster.block_rank(), N = a.N;
-    const int ch0 = blockIdx.x / SPLITS * kChannels, col0 = rank * boxes * kBoxCols;
+    const int ch0 = blockIdx.x / SPLITS * kChannels, col0 = rank * BOXES * kBoxCols;
     const int rows_per = (N + SPLITS - 1) / SPLITS;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t w_full, x_full, parts_full;
     __shared__ __align__(16) bf16 ln_w[LN ? BOXES * kBoxCols : 1], ln_b[LN ? BOXES * kBoxCols : 1];
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    const uint32_t w_tile = smem_addr(smem), x_tile = w_tile + boxes * kBoxBytes;   // 1024-aligned
+    const uint32_t w_tile = smem_addr(smem), x_tile = w_tile + BOXES * kBoxBytes;   // 1024-aligned
     // this CTA's sums, over the boxes once its products have read them; the other slices' parts
     // after the boxes (they may come while this CTA's products still read its boxes)
     float *staged = reinterpret_cast<float *>(smem);
@@ -197,8 +196,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_init(&parts_full, 1);
         mbar_fence_init();
         if (kExchange) mbar_arrive_expect_tx(&parts_full, (SPLITS - 1) * block_bytes);
-        mbar_arrive_expect_tx(&w_full, boxes * kBoxBytes);
-        for (int b = 0; b < boxes; b++)
+        mbar_arrive_expect_tx(&w_full, BOXES * kBoxBytes);
+        for (int b = 0; b < BOXES; b++)
             tma_load_4d(w_tile + b * kBoxBytes, &w_map, &w_full, col0 + b * kBoxCols, 0, ch0, 0);
     }
     const int c = 2 * lane;
@@ -220,8 +219,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
     if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(&x_full, boxes * kXBoxBytes);
-        for (int b = 0; b < boxes; b++)
+        mbar_arrive_expect_tx(&x_full, BOXES * kXBoxBytes);
+        for (int b = 0; b < BOXES; b++)
             tma_load_4d(x_tile + b * kXBoxBytes, &x_map, &x_full, col0 + b * kBoxCols, 0, 0, 0);
     }
     // the residual of the rows this thread finishes (rows rank + SPLITS j, j = warp + 4 k), in
@@ -248,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint64_t dw = smem_desc(w_tile, 16, 1024), dx = smem_desc(x_tile, 16, 1024);
     wgmma_fence();
 #pragma unroll
-    for (int b = 0; b < boxes; b++)
+    for (int b = 0; b < BOXES; b++)
 #pragma unroll
         for (int ks = 0; ks < kBoxCols / 16; ks++)
             wgmma_ss<0>(acc, desc_advance(dw, b * kBoxBytes + 32 * ks),
@@ -307,12 +306,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (a.epilogue == kBias) {
             *out = __floats2bfloat162_rn(x, y);
         } else if (a.epilogue == kBiasGelu) {
-            *out = __floats2bfloat162_rn(gelu_value(__bfloat162float(__float2bfloat16_rn(x))),
-                                         gelu_value(__bfloat162float(__float2bfloat16_rn(y))));
+            *out = __floats2bfloat162_rn(gelu_value(round_bf16(x)), gelu_value(round_bf16(y)));
         } else {
-            const __nv_bfloat162 o = __floats2bfloat162_rn(
-                __bfloat162float(res[k].x) + __bfloat162float(__float2bfloat16_rn(x)),
-                __bfloat162float(res[k].y) + __bfloat162float(__float2bfloat16_rn(y)));
+            const __nv_bfloat162 o = __floats2bfloat162_rn(__bfloat162float(res[k].x) + round_bf16(x),
+                                                           __bfloat162float(res[k].y) + round_bf16(y));
             *out = o;
             if (a.stats_out) {   // the row's 64 new values: their mean and squares about it
                 const float y0 = __bfloat162float(o.x), y1 = __bfloat162float(o.y);

@@ -138,8 +138,6 @@ __device__ __forceinline__ void block_best(float &best_v, int &best_i, const flo
         if (better(warp_v[k][n], warp_i[k][n], best_v, best_i)) { best_v = warp_v[k][n]; best_i = warp_i[k][n]; }
 }
 
-__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
 // The sums over the warp's 32 lanes of a lane's V values (V a power of two, at most 32), by a
 // butterfly that gives half of its values away at each of its first log2(V) steps: at offset
 // 16 the lanes with bit 16 keep the upper half (plus their partner's copy of it) and send the

@@ -181,8 +181,9 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
 // wgmma kernel of the same plan (decode_gemm_sm90.cu: K split across a thread-block cluster; the
 // layernorm folded in up to 32 rows, from the row statistics below, a kernel of its own above
 // and in the first layer); otherwise and on the CPU, the layers above one after another
-// (layers/fused_plain.h), which is also what the fused kernels are tested against. Both round where the layers do (layernorm output, matmul output, GELU
-// output to floatX), so the fused results differ from the layers' only by summation order.
+// (layers/fused_plain.h), which is also what the fused kernels are tested against. Both round
+// where the layers do (layernorm output, matmul output, GELU output to floatX), so the fused
+// results differ from the layers' only by summation order.
 // scratch: fused_scratch_size(N, C, OC) bytes for N rows, C channels in and OC outputs at most
 // (a matmul's, not the LM head's); zero before its first use (dev_memset_zero once; the LM
 // head's argmax keeps a counter there that every call leaves zero).

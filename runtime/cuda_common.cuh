@@ -105,6 +105,9 @@ __device__ __forceinline__ void store_bf16(bf16 *dst, const float (&src)[VEC]) {
     *reinterpret_cast<typename BF16Raw<VEC>::type *>(dst) = raw;
 }
 
+// x rounded to bf16 and back: the value a bf16 store of x keeps
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
 // The body of an element-wise kernel of two inputs: out[i] = bf16(op(a[i], b[i])) for the VEC
 // elements of this thread (grid as launch_elementwise lays it out), one at a time in the tail.
 // out may alias a or b: each element is read before it is written, by the same thread.
