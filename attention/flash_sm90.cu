@@ -96,6 +96,13 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #endif
 static_assert(FLASH_SM90_BWD_GROUP >= 1, "FLASH_SM90_BWD_GROUP: key blocks of a group, at least 1");
 
+// The backward's dQ product at HS = 128 in a warpgroup of its own (1, the default; 0: by the two
+// consumers, as at HS = 64, to time against). Off in trace builds, whose 24 KB of events do not
+// fit beside its staging.
+#ifndef FLASH_SM90_DQ_WG
+#define FLASH_SM90_DQ_WG (!FLASH_SM90_TRACE)
+#endif
+
 // The backward's timeline, a measuring tool (off by default): build with -DFLASH_SM90_TRACE=1
 // (scripts/flash_variant.sh trace -DFLASH_SM90_TRACE=1) and run with FLASH_TRACE=FILE. One
 // thread of each role (producer, consumer 0, consumer 1, writer) of the first kTraceCtas CTAs
@@ -462,14 +469,17 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //                   ┌───────────────┐                      dV += P^T dO, dK += dS^T Q (wgmma, RS)
 //                   │ dS^T 128 x BR │ ◄── both consumers' dS^T ──┘
 //                   │ (2 buffers)   │ ──► dQ_i = dS K: consumer c computes 64 x 64 of it (SS, both
-//                   ├───────────────┤      operands transposed), -> shared memory, swizzled
+//                   ├───────────────┤      operands transposed), -> shared memory, swizzled; at
+//                   │               │      HS = 128 a fourth warpgroup computes all of it
+//                   │               │      (BwdShape::DQ_WG), with a staging of its own
 //                   │ dQ staging    │ ──► writer thread: TMA reduce-add into the fp32 dQ sums
 //                   │               │      (B, T, NH, HS); `deterministic`: in a fixed order,
 //                   │               │      a tile's first part stored (no zeroing beforehand);
 //                   └───────────────┘      at an item's end dK, dV, TMA-stored into dqkv
 //
 //   producer warpgroup (24 registers): thread 0 issues every load (K, V once; then the ring),
-//   thread 32 issues every dQ reduction and dK/dV store; consumers 1, 2 (240 registers).
+//   thread 32 issues every dQ reduction and dK/dV store; consumers 1, 2 (240 registers; 208 at
+//   HS = 128, where warpgroup 3, with 72, computes dQ).
 //
 // Why this shape (FlashAttention-3's backward, arXiv 2407.08608, is the same plan):
 // - Key/value-outer: dK and dV stay in registers for the whole item and are written once; only
@@ -477,8 +487,9 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 // - The products are transposed (S^T, dP^T: key rows are the wgmma M rows), so P^T and dS^T come
 //   out of the accumulators already as the A operands (from registers) of dV and dK.
 // - dQ needs dS with queries as rows and all 128 keys as the reduction: it has to pass through
-//   shared memory once, written by both consumers (one named barrier a step), double-buffered
-//   so that a consumer may write step i+1's dS^T while the other still reads step i's.
+//   shared memory once, written by both consumers (one named barrier a step; at HS = 128 an
+//   mbarrier to the dQ warpgroup), double-buffered so that a consumer may write step i+1's dS^T
+//   while the other still reads step i's.
 // - dQ is added with TMA reductions (one instruction per 64 x 32 box, element-wise atomic in L2)
 //   from a swizzled staging tile: no per-thread atomics, and a fixed order is one flag per
 //   query tile away (deterministic mode: a key block adds after the blocks handed out before
@@ -494,14 +505,36 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //   HS = 64 before the issue); fence; named barrier with the other consumer
 //   issue dQ_part = dS K; wait all; arrive empty[s]
 //   wait dq_empty[c]; dQ_part -> staging
+// At HS = 128 (BwdShape::DQ_WG): dP^T is issued after P^T (the registers), no dQ hand-over, and
+// after the dV, dK issue: wait ds_free[i % 2]; dS^T -> shared; fence; arrive ds_full[i % 2];
+// wait all; arrive empty[s]. The dQ warpgroup, per step: wait ds_full; dQ_i = dS K, 64 columns
+// at a time, arrive ds_free after the last; wait dqw_empty; -> its staging; arrive dqw_full.
 // ================================================================================================
+
+constexpr int kDqBoxBytes = 64 * 128;   // a TMA box of dQ sums: 64 rows x 32 fp32
 
 template <int HS>
 struct BwdShape {
     static constexpr int BC = 128;                   // key/value rows of a CTA, 64 per consumer
     static constexpr int BR = HS == 64 ? 128 : 64;   // query rows of a step
-    static constexpr int THREADS = 384;              // producer warpgroup + 2 consumers
-    static constexpr int CONSUMER_REGS = 240;        // 128*24 + 256*240 = 64,512 of 65,536
+    // dQ = dS K in a fourth warpgroup (HS = 128): the consumers no longer compute it, wait for
+    // each other's dS^T or stage it (2.5-4% faster from T = 1,024 to 65,536, docs/PERF.md,
+    // sixteenth session; at HS = 64 the consumers' 128 registers of S^T and dP^T leave no room)
+    static constexpr bool DQ_WG = HS == 128 && FLASH_SM90_DQ_WG;
+    static constexpr int THREADS = DQ_WG ? 512 : 384;   // producer warpgroup + 2 consumers (+ dQ)
+    // Registers: 128*24 + 256*240 = 64,512 of 65,536 with three warpgroups; with the dQ
+    // warpgroup 128*24 + 256*208 + 128*72 = 65,536. By ptxas (-Xptxas -v):
+    // - the dQ warpgroup's 64 x 64 products (32 accumulators) need more than 56: below 72 its
+    //   setmaxnreg is ignored (C7507) and the whole kernel runs at 128 registers and spills.
+    //   64 x 32 products fit at 56 but read dS^T from shared memory four times, not twice (2-3%
+    //   slower, call 3);
+    // - the consumers need 224 with S^T and dP^T in flight together (C7512, serialized wgmma,
+    //   at 216), 216 with dP^T issued after P^T (P^T then held as bf16: see the consumer), and
+    //   at 208 keep 3 values a step in local memory (20 bytes, L1), the price of the 72.
+    static constexpr int CONSUMER_REGS = DQ_WG ? 208 : 240;
+    static constexpr int DQ_WG_REGS = 72;
+    static_assert(128 * (kProducerRegs + 2 * CONSUMER_REGS + (DQ_WG ? DQ_WG_REGS : 0)) <= 65536,
+                  "registers of one CTA");
     static constexpr int STAGES = 2;                 // Q/dO ring (3 do not fit beside the rest)
     // dS^T stored before dV and dK are issued (the stores drain under the issue): 2-4% faster
     // at HS = 64, 1-3% slower at HS = 128 (docs/PERF.md, "Hopper backward", second round)
@@ -511,7 +544,7 @@ struct BwdShape {
     static constexpr int QT_BYTES = BR * HS * 2;        // one stage's Q or dO
     static constexpr int VEC_BYTES = BR * 4;            // one stage's lse*log2e or D
     static constexpr int DS_BYTES = BC * BR * 2;        // dS^T, [BR/64 panels][BC][64]
-    static constexpr int DQ_BOX_BYTES = 64 * 128;       // a TMA box of dQ: 64 rows x 32 fp32
+    static constexpr int DQ_BOX_BYTES = kDqBoxBytes;
     static constexpr int DQ_PART_BYTES = 2 * DQ_BOX_BYTES;   // a consumer's 64 x 64 of dQ
     // at an item's end the staging takes the consumer's dK, dV: 64 x 64 bf16 panels (8 KB, a
     // box's bytes), dK's HS/64 then dV's, two a round
@@ -522,7 +555,8 @@ struct BwdShape {
     // shared memory, every offset a multiple of 1024 (the swizzle's period)
     static constexpr int K_OFF = 0, V_OFF = KV_BYTES, Q_OFF = 2 * KV_BYTES,
                          DO_OFF = Q_OFF + STAGES * QT_BYTES, DS_OFF = DO_OFF + STAGES * QT_BYTES,
-                         DQ_OFF = DS_OFF + 2 * DS_BYTES, LSE_OFF = DQ_OFF + 2 * DQ_PART_BYTES,
+                         DQ_OFF = DS_OFF + 2 * DS_BYTES, DQW_OFF = DQ_OFF + 2 * DQ_PART_BYTES,
+                         LSE_OFF = DQW_OFF + (DQ_WG ? BR * HS * 4 : 0),
                          D_OFF = LSE_OFF + STAGES * VEC_BYTES, TRACE_OFF = D_OFF + STAGES * VEC_BYTES,
                          BYTES = TRACE_OFF + kTraceBytes;
     static constexpr size_t SMEM = 1024 + BYTES;
@@ -538,6 +572,18 @@ __device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t 
 #pragma unroll
     for (int kc = 0; kc < BC / 16; kc++)
         wgmma_ss<1>(dq, desc_advance(dds, kc * 16 * 128), desc_advance(dk, kc * 16 * 128), kc > 0);
+}
+
+// a 64 x 64 part of dQ (a warpgroup's accumulator) -> staging: two 64 x 32 fp32 TMA boxes
+// (kDqBoxBytes apart) in TMA's 128-byte swizzle, for the writer's reduce-adds
+__device__ __forceinline__ void stage_dq(unsigned char *staging, const float (&dq)[32], int warp,
+                                         int g, int t) {
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+        const int row = 16 * warp + g + Frag::row(i), col = 2 * t + Frag::col(i);
+        *reinterpret_cast<float2 *>(staging + (col / 32) * kDqBoxBytes +
+                                    swizzle_128b(row, (col % 32) * 4)) = make_float2(dq[i], dq[i + 1]);
+    }
 }
 
 // Work items: (key/value blocks) x (B*NH), numbered key block 0 of every head first (under the
@@ -576,6 +622,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     constexpr int BC = S::BC, BR = S::BR, STAGES = S::STAGES;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t kv_full, kv_empty, full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
+    __shared__ uint64_t ds_full[2], ds_free[2], dqw_full, dqw_empty;   // S::DQ_WG
     __shared__ ItemRing items_ring;   // the producer's items to the consumers and the writer
     // the dynamic shared memory, 1024-aligned: as a generic pointer and as a shared address
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -609,7 +656,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
 
     if (threadIdx.x == 0) {
         mbar_init(&kv_full, 1);
-        mbar_init(&kv_empty, 256);
+        mbar_init(&kv_empty, S::DQ_WG ? 384 : 256);
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], 256);
@@ -618,7 +665,15 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             mbar_init(&dq_full[c], 128);
             mbar_init(&dq_empty[c], 1);
         }
-        items_ring.init(257);   // both consumers' threads and the writer
+        if (S::DQ_WG) {
+            for (int b = 0; b < 2; b++) {
+                mbar_init(&ds_full[b], 256);
+                mbar_init(&ds_free[b], 128);
+            }
+            mbar_init(&dqw_full, 128);
+            mbar_init(&dqw_empty, 1);
+        }
+        items_ring.init(S::DQ_WG ? 385 : 257);   // the consumers' threads, the writer (, dQ)
         mbar_fence_init();
     }
     __syncthreads();
@@ -674,13 +729,13 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             // by a tile's first key block in the deterministic mode); at an item's end its dK, dV,
             // stored into dqkv (`staged` counts the staging's uses)
             Trace trace(smem + S::TRACE_OFF, 3);
-            int staged = 0;
+            int staged = 0, dq_staged = 0;   // uses of the consumers' / the dQ warpgroup's staging
             for (int n = 0;; n++) {
                 const int t = items_ring.take(n);
                 trace(kTrWItem);
                 if (t >= items) break;
                 const Item it = item(t);
-                for (int step = 0; step < it.steps; step++, staged++) {
+                for (int step = 0; step < it.steps; step++) {
                     const int tile = it.first_tile + step, q0 = tile * BR;
                     uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
                     bool first = false;   // the tile's first addition (deterministic): a store
@@ -699,23 +754,37 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         fence_proxy_async_global();
                         trace(kTrWFlag, step);
                     }
-                    for (int c = 0; c < 2; c++) {
-                        mbar_wait(&dq_full[c], staged & 1);
-                        if (c == 1) trace(kTrWFull, step);
-                        for (int x = 0; x < 2; x++) {
-                            const uint32_t box = base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES;
-                            const int col = S::dq_col(c) + 32 * x, row = q0 + S::dq_row(c);
-                            // the first of a tile's key blocks stores: the sums need no zeroing
-                            // beforehand (the prep skips it), and no zeros are read back
-                            if (first) tma_store_4d(&dq_map, box, col, it.h, row, it.b);
-                            else tma_reduce_add_4d(&dq_map, box, col, it.h, row, it.b);
+                    // the first of a tile's key blocks stores: the sums need no zeroing
+                    // beforehand (the prep skips it), and no zeros are read back
+                    auto add_box = [&](uint32_t box, int col, int row) {
+                        if (first) tma_store_4d(&dq_map, box, col, it.h, row, it.b);
+                        else tma_reduce_add_4d(&dq_map, box, col, it.h, row, it.b);
+                    };
+                    if (S::DQ_WG) {   // the whole BR x HS tile, HS / 32 boxes
+                        mbar_wait(&dqw_full, dq_staged & 1);
+                        trace(kTrWFull, step);
+                        for (int x = 0; x < HS / 32; x++)
+                            add_box(base + S::DQW_OFF + x * S::DQ_BOX_BYTES, 32 * x, q0);
+                    } else {
+                        for (int c = 0; c < 2; c++) {
+                            mbar_wait(&dq_full[c], staged & 1);
+                            if (c == 1) trace(kTrWFull, step);
+                            for (int x = 0; x < 2; x++)
+                                add_box(base + S::DQ_OFF + c * S::DQ_PART_BYTES + x * S::DQ_BOX_BYTES,
+                                        S::dq_col(c) + 32 * x, q0 + S::dq_row(c));
                         }
                     }
                     tma_commit();
-                    tma_wait_read();   // staging read: the consumers may write the next step's
+                    tma_wait_read();   // staging read: the next step's may be written
                     trace(kTrWRead, step);
-                    mbar_arrive(&dq_empty[0]);
-                    mbar_arrive(&dq_empty[1]);
+                    if (S::DQ_WG) {
+                        mbar_arrive(&dqw_empty);
+                        dq_staged++;
+                    } else {
+                        mbar_arrive(&dq_empty[0]);
+                        mbar_arrive(&dq_empty[1]);
+                        staged++;
+                    }
                     if (DETERMINISTIC) {   // added: the next block in the tile's order may go
                         tma_wait();
                         fence_proxy_async_global();
@@ -745,7 +814,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             tma_wait();
             trace.flush(smem + S::TRACE_OFF);
         }
-    } else {
+    } else if (!S::DQ_WG || wg < 3) {
         // ---- consumer c: key rows kv0 + 64c .. kv0 + 64c + 63 of each of the CTA's items
         setmaxnreg_inc<S::CONSUMER_REGS>();
         const int c = wg - 1;
@@ -804,19 +873,21 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 wgmma_fence();
                 gemm_abt<HS, BR, BC, BR>(s, k_rows, q);
                 wgmma_commit();
-                gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
-                wgmma_commit();
+                if constexpr (!S::DQ_WG) {
+                    gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
+                    wgmma_commit();
+                }
                 if (c == 0 || step + 1 < steps) your_turn();
                 // the last step's dQ part, now that the fence's wait for its stores overlaps the
                 // products above
-                if (step > 0) hand_over_dq();
+                if (!S::DQ_WG && step > 0) hand_over_dq();
                 trace(kTrIssued, step);
 
                 // P^T = exp2(S^T * scale*log2e - lse[query]*log2e), 0 where the key is after the
                 // query (only in tiles that cross this consumer's diagonal). Columns are queries:
                 // the thread's are 8j + 2t + {0, 1}. Query rows past T were loaded as zeros, with
                 // lse = D = 0: P = 1 there, but dO = 0 and dS = 1 * (0 - 0) = 0 add nothing.
-                wgmma_wait<1>();
+                wgmma_wait<S::DQ_WG ? 0 : 1>();
                 fence_regs(s);
                 const bool diagonal = q0 < kv0 + 64 * c + 63;
 #pragma unroll
@@ -832,6 +903,17 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     }
                 }
                 trace(kTrP, step);
+                uint32_t pa[BR / 4], dsa[BR / 4];
+                if constexpr (S::DQ_WG) {
+                    // dP^T issued only now, with P^T held as bf16 (16 registers where S^T took
+                    // 32): CONSUMER_REGS do not hold S^T and dP^T in flight beside dK and dV
+                    // (ptxas C7512). dS^T is then made from the bf16 P^T that dV uses.
+                    pack_a(pa, s);
+                    wgmma_fence();
+                    gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
+                    wgmma_commit();
+                    unpack_a(s, pa);
+                }
                 // dS^T = P^T * (dP^T - D[query])
                 wgmma_wait<0>();
                 fence_regs(dp);
@@ -841,8 +923,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
 #pragma unroll
                     for (int e = 0; e < 4; e++) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? d.y : d.x));
                 }
-                uint32_t pa[BR / 4], dsa[BR / 4];
-                pack_a(pa, s);
+                if constexpr (!S::DQ_WG) pack_a(pa, s);
                 pack_a(dsa, dp);
                 trace(kTrDS, step);
 
@@ -866,6 +947,23 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 gemm_rab<HS, BR, BR>(dk, dsa, q);
                 wgmma_commit();
 
+                if constexpr (S::DQ_WG) {
+                    // dS^T to the dQ warpgroup (once it has done with the buffer's last step)
+                    mbar_wait(&ds_free[ring & 1], ((ring >> 1) & 1) ^ 1);
+                    if (!S::DS_FIRST) store_ds();
+                    fence_proxy_async_shared();
+                    mbar_arrive(&ds_full[ring & 1]);
+                    trace(kTrBar, step);
+                    wgmma_wait<0>();
+                    fence_regs(dv);
+                    fence_regs(dk);
+                    fence_regs(pa);
+                    fence_regs(dsa);
+                    trace(kTrDQ, step);
+                    mbar_arrive(&empty[slot.stage]);   // Q, dO, lse, D of this stage are no longer read
+                    trace(kTrStepEnd, step);
+                    continue;
+                }
                 if (!S::DS_FIRST) store_ds();
                 fence_proxy_async_shared();
                 named_bar_sync(1, 256);   // both consumers' dS^T are in
@@ -889,18 +987,11 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 // dQ part -> staging, two 64 x 32 fp32 boxes in TMA's 128-byte swizzle
                 mbar_wait(&dq_empty[c], (staged++ & 1) ^ 1);
                 trace(kTrDQEmpty, step);
-                unsigned char *staging = smem + S::DQ_OFF + c * S::DQ_PART_BYTES;
-#pragma unroll
-                for (int i = 0; i < 32; i += 2) {
-                    const int row = 16 * warp + g + Frag::row(i), col = 2 * t + Frag::col(i);
-                    *reinterpret_cast<float2 *>(staging + (col / 32) * S::DQ_BOX_BYTES +
-                                                swizzle_128b(row, (col % 32) * 4)) =
-                        make_float2(dq[i], dq[i + 1]);
-                }
+                stage_dq(smem + S::DQ_OFF + c * S::DQ_PART_BYTES, dq, warp, g, t);
                 // (handed to the writer at the next step, after its S^T and dP^T are issued)
                 trace(kTrStepEnd, step);
             }
-            if (steps > 0) hand_over_dq();
+            if (!S::DQ_WG && steps > 0) hand_over_dq();
             mbar_arrive(&kv_empty);   // K and V no longer read: the producer may load the next item's
 
             // dK = scale * sum dS^T Q, dV = sum P^T dO, written once into packed dqkv: through
@@ -935,6 +1026,39 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         }
         trace(kTrExit);
         trace.flush(smem + S::TRACE_OFF);
+    } else if constexpr (S::DQ_WG) {
+        // ---- dQ warpgroup (S::DQ_WG): per step, dQ_i = dS K (BR x HS) from both consumers' dS^T,
+        // as HS / 64 products of 64 columns (32 accumulators; BwdShape says why), staged for the
+        // writer
+        setmaxnreg_dec<S::DQ_WG_REGS>();
+        const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+        const int g = lane / 4, t = lane % 4;
+        int ring = 0;   // the CTA's steps over all its items, as the consumers count them
+        for (int n = 0;; n++) {
+            const int ti = items_ring.take(n);
+            if (ti >= items) break;
+            const int steps = item(ti).steps;
+            mbar_wait(&kv_full, n & 1);   // K of this item (its dS^T come after it anyway)
+            for (int step = 0; step < steps; step++, ring++) {
+                const uint32_t ds = base + S::DS_OFF + (ring & 1) * S::DS_BYTES;
+                mbar_wait(&ds_full[ring & 1], (ring >> 1) & 1);
+#pragma unroll
+                for (int h = 0; h < S::PANELS; h++) {   // columns 64h..64h+63: boxes 2h, 2h + 1
+                    float dq[32];
+                    wgmma_fence();
+                    gemm_dsk<BC>(dq, ds, base + S::K_OFF + h * BC * kRowBytes);
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    fence_regs(dq);
+                    if (h == S::PANELS - 1) mbar_arrive(&ds_free[ring & 1]);   // dS^T read
+                    if (h == 0) mbar_wait(&dqw_empty, (ring & 1) ^ 1);          // staging free
+                    stage_dq(smem + S::DQW_OFF + h * S::DQ_PART_BYTES, dq, warp, g, t);
+                }
+                fence_proxy_async_shared();
+                mbar_arrive(&dqw_full);
+            }
+            mbar_arrive(&kv_empty);   // K no longer read
+        }
     }
 }
 
