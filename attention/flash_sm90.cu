@@ -594,8 +594,11 @@ __device__ __forceinline__ void stage_dq(unsigned char *staging, const float (&d
 // ones find the Q, dO tiles and the dQ sums the first brought into L2 (with group = 1 they came
 // B*NH items apart: at short T, where B*NH is large, 768 heads in a d12 B=64 step, after the
 // head's tiles had left L2; ncu at T = 1,024: 44% -> 69% L2 hits, half the DRAM bytes).
-// One CTA per SM; CTA i starts with item i, and each next item it takes from a counter (items
-// are handed out in increasing order, to whichever CTA gets to the end of its loads first). With
+// Every item, a CTA's first too, is taken from a counter (items are handed out in increasing
+// order, to whichever CTA gets to the end of its loads first), so an item is only ever held by a
+// CTA that runs, and the deterministic mode's waits, on items handed out earlier, end whatever
+// share of the grid is resident (with CTA i's first item fixed as item i, an item could be held
+// by a CTA still waiting for an SM; timed level, docs/PERF.md, sixteenth session). With
 // a grid of one CTA per item each CTA does one; with a grid of one CTA per SM (persistent,
 // backward_launch) each does several, and the next item's K, V and first Q, dO tiles load while
 // the consumers write the last item's dK, dV: at T = 1,024 an item is 4.5 query tiles on
@@ -685,7 +688,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             // qkv (part 0, 1, 2 = q, k, v), {column, head, row, batch} in dout. `ring` counts
             // the CTA's steps over all its items: the ring's stages and phases run on across them.
             Trace trace(smem + S::TRACE_OFF, 0);
-            int ring = 0, t = blockIdx.x;
+            int ring = 0, t = atomicAdd(next_item, 1u);
             for (int n = 0;; n++) {
                 items_ring.publish(n, t);
                 trace(kTrPItem);
@@ -721,7 +724,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                               &full[slot.stage]);
                     trace(kTrPIssued, step);
                 }
-                t = gridDim.x + atomicAdd(next_item, 1u);   // the next item, once these are issued
+                t = atomicAdd(next_item, 1u);   // the next item, once these are issued
             }
             trace.flush(smem + S::TRACE_OFF);
         } else if (threadIdx.x == 32) {
