@@ -518,15 +518,16 @@ struct BwdShape {
     static constexpr int BC = 128;                   // key/value rows of a CTA, 64 per consumer
     static constexpr int BR = HS == 64 ? 128 : 64;   // query rows of a step
     // dQ = dS K in a fourth warpgroup (HS = 128): the consumers no longer compute it, wait for
-    // each other's dS^T or stage it (2.5-4% faster from T = 1,024 to 65,536, docs/PERF.md,
-    // sixteenth session; at HS = 64 the consumers' 128 registers of S^T and dP^T leave no room)
+    // each other's dS^T or stage it (fwd+bwd 2-5% faster from T = 2,048 to 65,536, level at
+    // 1,024: docs/PERF.md, sixteenth session, call 4; at HS = 64 the consumers' 128 registers of
+    // S^T and dP^T leave no room for it)
     static constexpr bool DQ_WG = HS == 128 && FLASH_SM90_DQ_WG;
     static constexpr int THREADS = DQ_WG ? 512 : 384;   // producer warpgroup + 2 consumers (+ dQ)
     // Registers: 128*24 + 256*240 = 64,512 of 65,536 with three warpgroups; with the dQ
     // warpgroup 128*24 + 256*208 + 128*72 = 65,536. By ptxas (-Xptxas -v):
     // - the dQ warpgroup's 64 x 64 products (32 accumulators) need more than 56: below 72 its
     //   setmaxnreg is ignored (C7507) and the whole kernel runs at 128 registers and spills.
-    //   64 x 32 products fit at 56 but read dS^T from shared memory four times, not twice (2-3%
+    //   64 x 32 products fit at 56 but read dS^T from shared memory four times, not twice (1-4%
     //   slower, call 3);
     // - the consumers need 224 with S^T and dP^T in flight together (C7512, serialized wgmma,
     //   at 216), 216 with dP^T issued after P^T (P^T then held as bf16: see the consumer), and
@@ -537,7 +538,8 @@ struct BwdShape {
                   "registers of one CTA");
     static constexpr int STAGES = 2;                 // Q/dO ring (3 do not fit beside the rest)
     // dS^T stored before dV and dK are issued (the stores drain under the issue): 2-4% faster
-    // at HS = 64, 1-3% slower at HS = 128 (docs/PERF.md, "Hopper backward", second round)
+    // at HS = 64, 1-3% slower at HS = 128 (docs/PERF.md, "Hopper backward", second round; with
+    // the dQ warpgroup too, sixteenth session, call 3)
     static constexpr bool DS_FIRST = HS == 64;
     static constexpr int PANELS = HS / kPanelCols;
     static constexpr int KV_BYTES = BC * HS * 2;        // K or V
