@@ -523,6 +523,7 @@ struct BwdShape {
     // S^T and dP^T leave no room for it)
     static constexpr bool DQ_WG = HS == 128 && FLASH_SM90_DQ_WG;
     static constexpr int THREADS = DQ_WG ? 512 : 384;   // producer warpgroup + 2 consumers (+ dQ)
+    static constexpr int COMPUTE_THREADS = THREADS - 128;   // the consumers (and dQ warpgroup)
     // Registers: 128*24 + 256*240 = 64,512 of 65,536 with three warpgroups; with the dQ
     // warpgroup 128*24 + 256*208 + 128*72 = 65,536. By ptxas (-Xptxas -v):
     // - the dQ warpgroup's 64 x 64 products (32 accumulators) need more than 56: below 72 its
@@ -541,6 +542,7 @@ struct BwdShape {
     // at HS = 64, 1-3% slower at HS = 128 (docs/PERF.md, "Hopper backward", second round; with
     // the dQ warpgroup too, sixteenth session, call 3)
     static constexpr bool DS_FIRST = HS == 64;
+    static_assert(!(DS_FIRST && DQ_WG), "with the dQ warpgroup dS^T is stored after ds_free's wait");
     static constexpr int PANELS = HS / kPanelCols;
     static constexpr int KV_BYTES = BC * HS * 2;        // K or V
     static constexpr int QT_BYTES = BR * HS * 2;        // one stage's Q or dO
@@ -661,7 +663,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
 
     if (threadIdx.x == 0) {
         mbar_init(&kv_full, 1);
-        mbar_init(&kv_empty, S::DQ_WG ? 384 : 256);
+        mbar_init(&kv_empty, S::COMPUTE_THREADS);
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], 256);
@@ -678,7 +680,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             mbar_init(&dqw_full, 128);
             mbar_init(&dqw_empty, 1);
         }
-        items_ring.init(S::DQ_WG ? 385 : 257);   // the consumers' threads, the writer (, dQ)
+        items_ring.init(S::COMPUTE_THREADS + 1);   // and the writer
         mbar_fence_init();
     }
     __syncthreads();
@@ -955,7 +957,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 if constexpr (S::DQ_WG) {
                     // dS^T to the dQ warpgroup (once it has done with the buffer's last step)
                     mbar_wait(&ds_free[ring & 1], ((ring >> 1) & 1) ^ 1);
-                    if (!S::DS_FIRST) store_ds();
+                    store_ds();
                     fence_proxy_async_shared();
                     mbar_arrive(&ds_full[ring & 1]);
                     trace(kTrBar, step);

@@ -567,12 +567,14 @@ __device__ __forceinline__ void pack_a(uint32_t (&a)[N / 2], const float (&d)[N]
 #pragma unroll
     for (int i = 0; i < N / 2; i++) a[i] = pack_bf16(d[2 * i], d[2 * i + 1]);
 }
-// and back: the floats of pack_a's bf16 pairs (exactly, a bf16 is a float's upper half)
+// and back: the floats of pack_a's bf16 pairs, exactly (unpack_bf16, a word at a time)
 template <int N>
 __device__ __forceinline__ void unpack_a(float (&d)[N], const uint32_t (&a)[N / 2]) {
 #pragma unroll
     for (int i = 0; i < N / 2; i++) {
-        d[2 * i] = __uint_as_float(a[i] << 16);
-        d[2 * i + 1] = __uint_as_float(a[i] & 0xffff0000u);
+        float pair[2];
+        unpack_bf16<2>(pair, a[i]);
+        d[2 * i] = pair[0];
+        d[2 * i + 1] = pair[1];
     }
 }
