@@ -245,27 +245,37 @@ __global__ void __launch_bounds__(512, 1) step_kernel(int iters, int mode, long 
     if (threadIdx.x % 128 == 0) cycles[blockIdx.x * 3 + wg - 1] = t1 - t0;
 }
 
+// Cycles of one launch: the slowest of the first `wgs` timed warpgroups of each SM (3 slots an SM
+// in cycles_d), averaged over the SMs; the best of three launches (`launch` runs one)
+template <typename Launch>
+static double best_cycles(Launch launch, int wgs, int sms, long long *cycles_d) {
+    long long *cycles = (long long *)malloc(sizeof(long long) * 3 * sms);
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        launch();
+        CHECK(cudaGetLastError());
+        CHECK(cudaDeviceSynchronize());
+        CHECK(cudaMemcpy(cycles, cycles_d, sizeof(long long) * 3 * sms, cudaMemcpyDeviceToHost));
+        double mean = 0;
+        for (int s = 0; s < sms; s++) {
+            long long m = 0;
+            for (int w = 0; w < wgs; w++) m = cycles[3 * s + w] > m ? cycles[3 * s + w] : m;
+            mean += (double)m / sms;
+        }
+        best = mean < best ? mean : best;
+    }
+    free(cycles);
+    return best;
+}
+
 template <int N, int FORM>
 static void measure(const char *name, int iters, int sms, long long *cycles_d, float *sink) {
     auto kernel = rate_kernel<N, FORM>;
     const int smem = 2 * kTileBytes + 1024;
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    long long *cycles = (long long *)malloc(sizeof(long long) * 3 * sms);
     for (int wgs = 1; wgs <= 3; wgs++) {
-        double best = 1e30;
-        for (int rep = 0; rep < 3; rep++) {
-            kernel<<<sms, 384, smem>>>(iters, wgs, cycles_d, sink);
-            CHECK(cudaGetLastError());
-            CHECK(cudaDeviceSynchronize());
-            CHECK(cudaMemcpy(cycles, cycles_d, sizeof(long long) * 3 * sms, cudaMemcpyDeviceToHost));
-            double mean = 0;   // the slowest warpgroup of each SM, averaged over the SMs
-            for (int s = 0; s < sms; s++) {
-                long long m = 0;
-                for (int w = 0; w < wgs; w++) m = cycles[3 * s + w] > m ? cycles[3 * s + w] : m;
-                mean += (double)m / sms;
-            }
-            best = mean < best ? mean : best;
-        }
+        const double best = best_cycles(
+            [&] { kernel<<<sms, 384, smem>>>(iters, wgs, cycles_d, sink); }, wgs, sms, cycles_d);
         const double ksteps = 4.0 * iters;
         const double per_kstep = best / ksteps;   // cycles per k-step of one warpgroup
         const double flop_clk = wgs * ksteps * 2.0 * 64 * N * 16 / best;
@@ -273,7 +283,6 @@ static void measure(const char *name, int iters, int sms, long long *cycles_d, f
         printf("| %-6s | %3d | %d | %6.1f | %6.0f | %5.1f%% | %5.1f |\n", name, N, wgs, per_kstep,
                flop_clk, 100.0 * flop_clk / 4096, wgs * ksteps * bytes / best);
     }
-    free(cycles);
 }
 
 int main(int argc, char **argv) {
@@ -312,7 +321,6 @@ int main(int argc, char **argv) {
     // the step's products
     const int smem = 147456 + 1024;
     CHECK(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    long long *cycles = (long long *)malloc(sizeof(long long) * 3 * sms);
     const int modes[] = {0, kNoDq, kDqOnly, kExp, kDsStore, kDqStage, kDsStore | kDqStage,
                          kExp | kDsStore | kDqStage};
     const char *names[] = {"products", "no dQ", "dQ only", "+ exp", "+ dS^T stores",
@@ -322,24 +330,11 @@ int main(int argc, char **argv) {
     for (int m = 0; m < (int)(sizeof(modes) / sizeof(modes[0])); m++) {
         const int mode = modes[m];
         const int ideal = mode & kNoDq ? 2048 : mode & kDqOnly ? 512 : 2560;
-        double best = 1e30;
-        for (int rep = 0; rep < 3; rep++) {
-            step_kernel<<<sms, 512, smem>>>(iters / 4, mode, cycles_d, sink);
-            CHECK(cudaGetLastError());
-            CHECK(cudaDeviceSynchronize());
-            CHECK(cudaMemcpy(cycles, cycles_d, sizeof(long long) * 3 * sms, cudaMemcpyDeviceToHost));
-            double mean = 0;
-            for (int s = 0; s < sms; s++) {
-                long long m = 0;
-                for (int w = 0; w < 3; w++) m = cycles[3 * s + w] > m ? cycles[3 * s + w] : m;
-                mean += (double)m / sms;
-            }
-            best = mean < best ? mean : best;
-        }
+        const double best = best_cycles(
+            [&] { step_kernel<<<sms, 512, smem>>>(iters / 4, mode, cycles_d, sink); }, 3, sms, cycles_d);
         const double per_step = best / (iters / 4);
         printf("| %s | %.0f | %d | %.1f%% |\n", names[m], per_step, ideal, 100.0 * ideal / per_step);
     }
-    free(cycles);
     CHECK(cudaFree(cycles_d));
     CHECK(cudaFree(sink));
     return 0;
