@@ -95,6 +95,13 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #define FLASH_SM90_BWD_GROUP 4
 #endif
 static_assert(FLASH_SM90_BWD_GROUP >= 1, "FLASH_SM90_BWD_GROUP: key blocks of a group, at least 1");
+// From this T on, the backward's key blocks sweep their query tiles downward, from the last to
+// the diagonal (the kernel's comment on work items says why): deterministic fwd+bwd 3-5% faster
+// at T = 8,192-32,768 with HS=128 and up to 2% with HS=64, but 4-13% slower at T <= 2,048
+// (docs/PERF.md, eighteenth session). 0: always downward; a T past any: always upward.
+#ifndef FLASH_SM90_BWD_DESC_T
+#define FLASH_SM90_BWD_DESC_T 8192
+#endif
 
 // The backward's dQ product at HS = 128 in a warpgroup of its own (1, the default; 0: by the two
 // consumers, as at HS = 64, to time against). Off in trace builds, whose 24 KB of events do not
@@ -607,6 +614,17 @@ __device__ __forceinline__ void stage_dq(unsigned char *staging, const float (&d
 // backward_launch) each does several, and the next item's K, V and first Q, dO tiles load while
 // the consumers write the last item's dK, dV: at T = 1,024 an item is 4.5 query tiles on
 // average, and a CTA's start and end, unoverlapped, are a large part of its time.
+// A key block's steps go over its query tiles upward (its diagonal tile first) or, from
+// FLASH_SM90_BWD_DESC_T on, downward (the last tile first). That matters to the deterministic
+// order (the writer's comment), which is the same either way. Upward, the blocks handed out
+// together start at different tiles, block b at its diagonal, and where a head has many groups
+// at once (long T) a later group's block waits at its first tile for block 0 to get there: at
+// T = 16,384, HS=128 the first 132 items are key blocks 0..21 of 6 heads, block 21 idles 42
+// steps and the whole wave ends with block 0 (16% more time in a model of it, 14% by ncu).
+// Downward, every block of a head is on the same tile at the same step, and the order costs one
+// addition's round trip per block ahead of it, once. At short T, a head's few groups have no
+// wavefront, and downward a group's blocks, on one tile together, wait on each other where
+// upward each was a tile or two apart.
 template <int HS, bool DETERMINISTIC>
 __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
     flash_backward_sm90_kernel(const __grid_constant__ CUtensorMap q_map,    // qkv, BR-row boxes
@@ -617,7 +635,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                                const float *__restrict__ lse2,
                                const float *__restrict__ Dg, uint32_t *__restrict__ dq_flags,
                                uint32_t *__restrict__ next_item, int T, int Tpad, int NH, int BNH,
-                               int group, float scale, float scale_log2) {
+                               int group, int descending, float scale, float scale_log2) {
     // Stages (the tile picture and the per-step list in the comment above):
     //   producer (thread 0): per item K, V once, then Q, dO, lse, D of each query tile (the ring)
     //   writer (thread 32): each step's two dQ parts, TMA reduce-added into the fp32 sums; each
@@ -656,6 +674,10 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
         it.first_tile = it.kv0 / BR;
         it.steps = q_tiles - it.first_tile;
         return it;
+    };
+    // the query tile of an item's step: first_tile up to the last, or (descending) down to it
+    auto tile_of = [&](const Item &it, int step) {
+        return descending ? q_tiles - 1 - step : it.first_tile + step;
     };
     // the warpgroup, broadcast from lane 0 so that the compiler knows it is warp-uniform and keeps
     // what derives from it (operand addresses, wgmma descriptors) in uniform registers
@@ -710,7 +732,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 }
                 for (int step = 0; step < it.steps; step++, ring++) {
                     const RingSlot<STAGES> slot(ring);
-                    const int q0 = (it.first_tile + step) * BR;
+                    const int q0 = tile_of(it, step) * BR;
                     mbar_wait(&empty[slot.stage], slot.parity ^ 1);
                     trace(kTrPEmpty, step);
                     mbar_arrive_expect_tx(&full[slot.stage], 2 * S::QT_BYTES + 2 * S::VEC_BYTES);
@@ -743,7 +765,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 if (t >= items) break;
                 const Item it = item(t);
                 for (int step = 0; step < it.steps; step++) {
-                    const int tile = it.first_tile + step, q0 = tile * BR;
+                    const int tile = tile_of(it, step), q0 = tile * BR;
                     uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
                     bool first = false;   // the tile's first addition (deterministic): a store
                     if (DETERMINISTIC) {
@@ -751,8 +773,8 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         // this tile), then the group's, last first, as they were handed out, so
                         // that no CTA waits on a block handed out after its own (no deadlock),
                         // and a group's blocks, which start together, each one tile behind the
-                        // one before, wait on nobody. Those of my group after me that reach
-                        // the tile: up to block tile * BR / BC.
+                        // one before (upward sweep), wait on nobody. Those of my group after me
+                        // that reach the tile: up to block tile * BR / BC.
                         const int reach = min(it.group_last, tile * BR / BC);
                         const uint32_t before = it.group_first + reach - it.kv_block;
                         first = before == 0;
@@ -854,7 +876,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             if (ti >= items) break;
             const Item it = item(ti);
             trace(kTrItem, it.steps);
-            const int kv0 = it.kv0, first_tile = it.first_tile, steps = it.steps;
+            const int kv0 = it.kv0, steps = it.steps;
             const int key0 = kv0 + 64 * c + 16 * warp + g;   // the thread's key rows: key0, key0 + 8
             float dk[HS / 2], dv[HS / 2];
 #pragma unroll
@@ -865,7 +887,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
 
             for (int step = 0; step < steps; step++, ring++) {
                 const RingSlot<STAGES> slot(ring);
-                const int q0 = (first_tile + step) * BR;
+                const int q0 = tile_of(it, step) * BR;
                 const uint32_t q = base + S::Q_OFF + slot.stage * S::QT_BYTES;
                 const uint32_t dO = base + S::DO_OFF + slot.stage * S::QT_BYTES;
                 const float *lse_s = reinterpret_cast<const float *>(smem + S::LSE_OFF) + slot.stage * BR;
@@ -1132,6 +1154,7 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
     const int items = ceil_div(T, S::BC) * B * NH;
     const int blocks = FLASH_SM90_PERSISTENT && items > cuda_num_sms ? cuda_num_sms : items;
     const int group = FLASH_SM90_BWD_GROUP;   // key blocks of a head in a row (the kernel says why)
+    const int descending = T >= FLASH_SM90_BWD_DESC_T;   // the query tiles' direction (the kernel says why)
 #if FLASH_SM90_TRACE
     void *trace_dev;
     CUDA_CHECK(cudaGetSymbolAddress(&trace_dev, g_trace));
@@ -1139,7 +1162,7 @@ void backward_launch(bf16 *dqkv, float *dq_accum, const float *lse2, const float
 #endif
     kernel<<<blocks, S::THREADS, S::SMEM, cuda_stream>>>(q_map, kv_map, do_map, dq_map, dkv_map, lse2,
                                                         D, dq_flags, next_item, T, Tpad, NH,
-                                                        B * NH, group, scale, scale * kLog2e);
+                                                        B * NH, group, descending, scale, scale * kLog2e);
     LAUNCH_CHECK();
 #if FLASH_SM90_TRACE
     // FLASH_TRACE=FILE: this launch's timeline (the last launch's is what stays in FILE):

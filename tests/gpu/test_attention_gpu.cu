@@ -13,10 +13,11 @@
 // (flash_sm90.cu); FLASH_SM90=0 in the environment tests the mma.sync kernels there instead,
 // FLASH_SM90_BWD=0 the Hopper forward with the mma.sync backward.
 //
-// Long sequences (T = 16,384 and 65,536), and many heads at T = 1,024 and 2,048 (more work items
-// than SMs: the persistent grids), flash only: the float64 reference is computed for sampled
-// rows alone (the tile edges, the last rows, random ones), each checked as a query row (out,
-// logsumexp, dq) and as a key row (dk, dv); every output must have been written.
+// Long sequences (T = 8,257, 16,384 and 65,536), and many heads at T = 1,024 and 2,048 (more
+// work items than SMs: the persistent grids), flash only: the float64 reference is computed for
+// sampled rows alone (the tile edges, the last rows, random ones), each checked as a query row
+// (out, logsumexp, dq) and as a key row (dk, dv); every output must have been written; a
+// deterministic backward is run twice and every gradient compared bit for bit.
 //
 // Determinism: flash's forward (out, logsumexp) and its dk, dv are bitwise reproducible and
 // checked to be; dq too where the backend says its backward is deterministic
@@ -400,6 +401,19 @@ static void run_long_case(const Case *cs, int pass, unsigned long long *rng) {
     download_bf16(got_out, run.out, n_out);
     download_bf16(got_dqkv, run.dqkv, n_qkv);
     CUDA_CHECK(cudaMemcpy(got_lse, run.saved, run.saved_bytes, cudaMemcpyDeviceToHost));
+    // the deterministic backward, run again: every gradient bit for bit (from T = 8,192 the
+    // Hopper backward sweeps the query tiles downward, FLASH_SM90_BWD_DESC_T: only these cases
+    // reach that order)
+    if (be->deterministic()) {
+        float *again = (float *)malloc(n_qkv * sizeof(float));
+        pass_run(be, &run, d_qkv, d_dout, B, T, NH, HS);
+        download_bf16(again, run.dqkv, n_qkv);
+        size_t diff = 0;
+        for (size_t i = 0; i < n_qkv; i++) diff += memcmp(&again[i], &got_dqkv[i], sizeof(float)) != 0;
+        CHECK(diff == 0, "flash (deterministic) T=%d: dqkv differs between two runs in %zu values",
+              T, diff);
+        free(again);
+    }
 
     // rows: both sides of the first tile edges, the last rows, then random (b, h, row); each
     // is checked as a query row (out, lse, dq) and as a key row (dk, dv)
@@ -547,10 +561,11 @@ int main(int argc, char **argv) {
     }
     // long sequences, and many heads at short T: more work items than SMs, so that the Hopper
     // forward's persistent grid (T <= 2048) gives CTAs several items (both head sizes, and the
-    // 3-consumer forward at T = 2048)
+    // 3-consumer forward at T = 2048); T = 8,257: the Hopper backward's downward sweep starting
+    // on a partial query tile
     const Case long_cases[] = {{1, 16384, 3, 64, 2},  {2, 16384, 2, 128, 4}, {1, 65536, 2, 64, 2},
                                {1, 65536, 1, 128, 2}, {16, 1024, 12, 64, 2}, {16, 1024, 6, 128, 2},
-                               {4, 2048, 12, 64, 2}};
+                               {4, 2048, 12, 64, 2},  {2, 8257, 2, 64, 2},   {2, 8257, 2, 128, 2}};
     for (size_t i = 0; i < sizeof(long_cases) / sizeof(long_cases[0]); i++) {
         if (long_cases[i].T > max_t) continue;
         for (int pass = 0; pass < backend_passes(&attention_backends[FLASH]); pass++)
