@@ -916,12 +916,24 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 // query (only in tiles that cross this consumer's diagonal). Columns are queries:
                 // the thread's are 8j + 2t + {0, 1}. Query rows past T were loaded as zeros, with
                 // lse = D = 0: P = 1 there, but dO = 0 and dS = 1 * (0 - 0) = 0 add nothing.
+                // At HS = 128 lse (and D below) are read into registers before the product's wait:
+                // read after it, as the wait's memory clobber keeps them, the exponentials and
+                // dS^T waited out the loads' latency (18% of the consumers' stall samples, ncu).
+                // At HS = 64 those registers cost more than they save (docs/PERF.md, eighteenth
+                // session, call 4).
+                float2 lse_r[BR / 8];
+                if constexpr (S::DQ_WG) {
+#pragma unroll
+                    for (int j = 0; j < BR / 8; j++)
+                        lse_r[j] = *reinterpret_cast<const float2 *>(lse_s + 8 * j + 2 * t);
+                }
                 wgmma_wait<S::DQ_WG ? 0 : 1>();
                 fence_regs(s);
                 const bool diagonal = q0 < kv0 + 64 * c + 63;
 #pragma unroll
                 for (int j = 0; j < BR / 8; j++) {
-                    const float2 l = *reinterpret_cast<const float2 *>(lse_s + 8 * j + 2 * t);
+                    const float2 l = S::DQ_WG ? lse_r[j]
+                                              : *reinterpret_cast<const float2 *>(lse_s + 8 * j + 2 * t);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int i = 4 * j + e;
@@ -933,22 +945,34 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 }
                 trace(kTrP, step);
                 uint32_t pa[BR / 4], dsa[BR / 4];
+                float2 d_r[BR / 8];
                 if constexpr (S::DQ_WG) {
                     // dP^T issued only now, with P^T held as bf16 (16 registers where S^T took
                     // 32): CONSUMER_REGS do not hold S^T and dP^T in flight beside dK and dV
-                    // (ptxas C7512). dS^T is then made from the bf16 P^T that dV uses.
+                    // (ptxas C7512). dS^T is then made from the bf16 P^T that dV uses. dV += P^T
+                    // dO goes right after it, not with dK after dS^T: its product then runs
+                    // while dS^T is computed (fwd+bwd 5% faster unordered, 1% deterministic at
+                    // T = 8,192-16,384; no spill where there were 20 bytes. At HS = 64, where
+                    // S^T and dP^T are issued together, 1-3% slower: docs/PERF.md, eighteenth
+                    // session, calls 3-4).
                     pack_a(pa, s);
                     wgmma_fence();
                     gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
                     wgmma_commit();
+                    gemm_rab<HS, BR, BR>(dv, pa, dO);
+                    wgmma_commit();
                     unpack_a(s, pa);
+#pragma unroll
+                    for (int j = 0; j < BR / 8; j++)
+                        d_r[j] = *reinterpret_cast<const float2 *>(D_s + 8 * j + 2 * t);
                 }
                 // dS^T = P^T * (dP^T - D[query])
-                wgmma_wait<0>();
+                wgmma_wait<S::DQ_WG ? 1 : 0>();   // (HS = 128: dV may still run)
                 fence_regs(dp);
 #pragma unroll
                 for (int j = 0; j < BR / 8; j++) {
-                    const float2 d = *reinterpret_cast<const float2 *>(D_s + 8 * j + 2 * t);
+                    const float2 d = S::DQ_WG ? d_r[j]
+                                              : *reinterpret_cast<const float2 *>(D_s + 8 * j + 2 * t);
 #pragma unroll
                     for (int e = 0; e < 4; e++) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? d.y : d.x));
                 }
@@ -970,9 +994,9 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 };
                 if (S::DS_FIRST) store_ds();
 
-                // dV += P^T dO, dK += dS^T Q
+                // dV += P^T dO (HS = 64; at 128 issued above), dK += dS^T Q
                 wgmma_fence();
-                gemm_rab<HS, BR, BR>(dv, pa, dO);
+                if constexpr (!S::DQ_WG) gemm_rab<HS, BR, BR>(dv, pa, dO);
                 gemm_rab<HS, BR, BR>(dk, dsa, q);
                 wgmma_commit();
 
