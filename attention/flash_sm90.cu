@@ -539,7 +539,8 @@ struct BwdShape {
     //   slower, call 3);
     // - the consumers need 224 with S^T and dP^T in flight together (C7512, serialized wgmma,
     //   at 216), 216 with dP^T issued after P^T (P^T then held as bf16: see the consumer), and
-    //   at 208 keep 3 values a step in local memory (20 bytes, L1), the price of the 72.
+    //   at 208 kept 3 values a step in local memory (20 bytes, L1), the price of the 72, until
+    //   dV was issued with dP^T (eighteenth session): no spill since.
     static constexpr int CONSUMER_REGS = DQ_WG ? 208 : 240;
     static constexpr int DQ_WG_REGS = 72;
     static_assert(128 * (kProducerRegs + 2 * CONSUMER_REGS + (DQ_WG ? DQ_WG_REGS : 0)) <= 65536,
