@@ -95,6 +95,16 @@ constexpr int kProducerRegs = 24;      // registers per producer thread after se
 #define FLASH_SM90_BWD_GROUP 4
 #endif
 static_assert(FLASH_SM90_BWD_GROUP >= 1, "FLASH_SM90_BWD_GROUP: key blocks of a group, at least 1");
+// The backward's dQ tiles at HS = 128 added by two writer threads, the CTA's even and odd steps
+// (1, the default; 0: one thread, to time against). One thread took each step's whole wait list
+// in turn (the order's flag, the staging's reads, the additions' completion, the fence, the
+// release) before the next tile; with two, a step's completion and release overlap the next
+// step's additions: deterministic fwd+bwd 2-5% faster at every T, unordered level
+// (docs/PERF.md, eighteenth session, call 5). HS = 64 has one writer (the consumers' staging,
+// shared with the dK/dV rounds, counts its phases on one thread).
+#ifndef FLASH_SM90_TWO_WRITERS
+#define FLASH_SM90_TWO_WRITERS 1
+#endif
 // From this T on, the backward's key blocks sweep their query tiles downward, from the last to
 // the diagonal (the kernel's comment on work items says why): deterministic fwd+bwd 3-5% faster
 // at T = 8,192-32,768 with HS=128 and up to 2% with HS=64, but 4-13% slower at T <= 2,048
@@ -485,8 +495,9 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //                   └───────────────┘      at an item's end dK, dV, TMA-stored into dqkv
 //
 //   producer warpgroup (24 registers): thread 0 issues every load (K, V once; then the ring),
-//   thread 32 issues every dQ reduction and dK/dV store; consumers 1, 2 (240 registers; 208 at
-//   HS = 128, where warpgroup 3, with 72, computes dQ).
+//   thread 32 issues every dQ reduction (at HS = 128 every other step's, thread 64 the others)
+//   and dK/dV store; consumers 1, 2 (240 registers; 208 at HS = 128, where warpgroup 3, with 72,
+//   computes dQ).
 //
 // Why this shape (FlashAttention-3's backward, arXiv 2407.08608, is the same plan):
 // - Key/value-outer: dK and dV stay in registers for the whole item and are written once; only
@@ -639,16 +650,17 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                                int group, int descending, float scale, float scale_log2) {
     // Stages (the tile picture and the per-step list in the comment above):
     //   producer (thread 0): per item K, V once, then Q, dO, lse, D of each query tile (the ring)
-    //   writer (thread 32): each step's two dQ parts, TMA reduce-added into the fp32 sums; each
-    //     item's dK, dV, TMA-stored
+    //   writer (thread 32; at HS = 128 with thread 64, even and odd steps): each step's dQ, TMA
+    //     reduce-added into the fp32 sums; each item's dK, dV, TMA-stored (thread 32)
     //   consumer c (key rows 64c..), per query tile: S^T, dP^T -> P^T (causal on the diagonal),
     //     dS^T -> dV += P^T dO, dK += dS^T Q; dS^T -> shared -> dQ part = dS K -> staging
     //   per item: dK * scale, dV -> staging -> the writer
     using S = BwdShape<HS>;
     constexpr int BC = S::BC, BR = S::BR, STAGES = S::STAGES;
+    constexpr int WRITER2 = S::DQ_WG && FLASH_SM90_TWO_WRITERS;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint64_t kv_full, kv_empty, full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
-    __shared__ uint64_t ds_full[2], ds_free[2], dqw_full, dqw_empty;   // S::DQ_WG
+    __shared__ uint64_t ds_full[2], ds_free[2], dqw_full[2], dqw_empty;   // S::DQ_WG
     __shared__ ItemRing items_ring;   // the producer's items to the consumers and the writer
     // the dynamic shared memory, 1024-aligned: as a generic pointer and as a shared address
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -700,10 +712,11 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 mbar_init(&ds_full[b], 256);
                 mbar_init(&ds_free[b], 128);
             }
-            mbar_init(&dqw_full, 128);
+            mbar_init(&dqw_full[0], 128);
+            mbar_init(&dqw_full[1], 128);
             mbar_init(&dqw_empty, 1);
         }
-        items_ring.init(S::COMPUTE_THREADS + 1);   // and the writer
+        items_ring.init(S::COMPUTE_THREADS + 1 + WRITER2);   // and the writer(s)
         mbar_fence_init();
     }
     __syncthreads();
@@ -754,11 +767,14 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 t = atomicAdd(next_item, 1u);   // the next item, once these are issued
             }
             trace.flush(smem + S::TRACE_OFF);
-        } else if (threadIdx.x == 32) {
+        } else if (threadIdx.x == 32 || (WRITER2 && threadIdx.x == 64)) {
             // ---- writer: each step's two 64 x 64 dQ parts, reduce-added into the fp32 sums (stored
             // by a tile's first key block in the deterministic mode); at an item's end its dK, dV,
             // stored into dqkv (`staged` counts the staging's uses)
-            Trace trace(smem + S::TRACE_OFF, 3);
+            // WRITER2: thread 32 takes the CTA's even steps, 64 the odd ones (their own dqw_full,
+            // so that neither waits on a phase of the other's; dqw_empty's arrivals alternate)
+            const int wr = threadIdx.x == 64;
+            Trace trace(smem + S::TRACE_OFF, wr ? -1 : 3);
             int staged = 0, dq_staged = 0;   // uses of the consumers' / the dQ warpgroup's staging
             for (int n = 0;; n++) {
                 const int t = items_ring.take(n);
@@ -766,6 +782,8 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 if (t >= items) break;
                 const Item it = item(t);
                 for (int step = 0; step < it.steps; step++) {
+                    const int cta_step = dq_staged;   // (DQ_WG: the CTA's steps over its items)
+                    if (WRITER2 && (dq_staged++ & 1) != wr) continue;   // the other writer's
                     const int tile = tile_of(it, step), q0 = tile * BR;
                     uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
                     bool first = false;   // the tile's first addition (deterministic): a store
@@ -791,7 +809,8 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         else tma_reduce_add_4d(&dq_map, box, col, it.h, row, it.b);
                     };
                     if (S::DQ_WG) {   // the whole BR x HS tile, HS / 32 boxes
-                        mbar_wait(&dqw_full, dq_staged & 1);
+                        mbar_wait(&dqw_full[WRITER2 ? cta_step & 1 : 0],
+                                  (WRITER2 ? cta_step >> 1 : cta_step) & 1);
                         trace(kTrWFull, step);
                         for (int x = 0; x < HS / 32; x++)
                             add_box(base + S::DQW_OFF + x * S::DQ_BOX_BYTES, 32 * x, q0);
@@ -809,7 +828,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     trace(kTrWRead, step);
                     if (S::DQ_WG) {
                         mbar_arrive(&dqw_empty);
-                        dq_staged++;
+                        if (!WRITER2) dq_staged++;
                     } else {
                         mbar_arrive(&dq_empty[0]);
                         mbar_arrive(&dq_empty[1]);
@@ -821,6 +840,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                         add_release(flag, 1);
                     }
                 }
+                if (wr) continue;   // (the first writer stores dK, dV)
                 // dK, dV: consumer c's 64 key rows, in rounds of two 64-column panels (S::DKV_ROUNDS)
                 for (int r = 0; r < S::DKV_ROUNDS; r++, staged++) {
                     for (int c = 0; c < 2; c++) {
@@ -1109,7 +1129,7 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     stage_dq(smem + S::DQW_OFF + h * S::DQ_PART_BYTES, dq, warp, g, t);
                 }
                 fence_proxy_async_shared();
-                mbar_arrive(&dqw_full);
+                mbar_arrive(&dqw_full[WRITER2 ? ring & 1 : 0]);
             }
             mbar_arrive(&kv_empty);   // K no longer read
         }
