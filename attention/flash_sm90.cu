@@ -551,7 +551,8 @@ struct BwdShape {
     // - the consumers need 224 with S^T and dP^T in flight together (C7512, serialized wgmma,
     //   at 216), 216 with dP^T issued after P^T (P^T then held as bf16: see the consumer), and
     //   at 208 kept 3 values a step in local memory (20 bytes, L1), the price of the 72, until
-    //   dV was issued with dP^T (eighteenth session): no spill since.
+    //   dV was issued with dP^T (eighteenth session): no consumer spill since. (The deterministic
+    //   kernel's 24 bytes are the writers', at kProducerRegs.)
     static constexpr int CONSUMER_REGS = DQ_WG ? 208 : 240;
     static constexpr int DQ_WG_REGS = 72;
     static_assert(128 * (kProducerRegs + 2 * CONSUMER_REGS + (DQ_WG ? DQ_WG_REGS : 0)) <= 65536,
@@ -977,12 +978,12 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     // S^T and dP^T are issued together, 1-3% slower: docs/PERF.md, eighteenth
                     // session, calls 3-4).
                     pack_a(pa, s);
+                    unpack_a(s, pa);   // (before the issue: pa is dV's A operand until it is done)
                     wgmma_fence();
                     gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);
                     wgmma_commit();
                     gemm_rab<HS, BR, BR>(dv, pa, dO);
                     wgmma_commit();
-                    unpack_a(s, pa);
 #pragma unroll
                     for (int j = 0; j < BR / 8; j++)
                         d_r[j] = *reinterpret_cast<const float2 *>(D_s + 8 * j + 2 * t);

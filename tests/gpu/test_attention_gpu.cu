@@ -402,8 +402,8 @@ static void run_long_case(const Case *cs, int pass, unsigned long long *rng) {
     download_bf16(got_dqkv, run.dqkv, n_qkv);
     CUDA_CHECK(cudaMemcpy(got_lse, run.saved, run.saved_bytes, cudaMemcpyDeviceToHost));
     // the deterministic backward, run again: every gradient bit for bit (from T = 8,192 the
-    // Hopper backward sweeps the query tiles downward, FLASH_SM90_BWD_DESC_T: only these cases
-    // reach that order)
+    // Hopper backward sweeps the query tiles downward, FLASH_SM90_BWD_DESC_T: of all the cases
+    // only the long ones at T >= 8,192 reach that order)
     if (be->deterministic()) {
         float *again = (float *)malloc(n_qkv * sizeof(float));
         pass_run(be, &run, d_qkv, d_dout, B, T, NH, HS);
@@ -562,10 +562,13 @@ int main(int argc, char **argv) {
     // long sequences, and many heads at short T: more work items than SMs, so that the Hopper
     // forward's persistent grid (T <= 2048) gives CTAs several items (both head sizes, and the
     // 3-consumer forward at T = 2048); T = 8,257: the Hopper backward's downward sweep starting
-    // on a partial query tile
+    // on a partial query tile; T = 1,025 and 8,200 at HS = 128: an odd number of query tiles (17,
+    // 129), so that items of an odd number of steps hand the two dQ writers' even/odd turns
+    // across an item's end (persistent grid, both sweeps)
     const Case long_cases[] = {{1, 16384, 3, 64, 2},  {2, 16384, 2, 128, 4}, {1, 65536, 2, 64, 2},
                                {1, 65536, 1, 128, 2}, {16, 1024, 12, 64, 2}, {16, 1024, 6, 128, 2},
-                               {4, 2048, 12, 64, 2},  {2, 8257, 2, 64, 2},   {2, 8257, 2, 128, 2}};
+                               {4, 2048, 12, 64, 2},  {2, 8257, 2, 64, 2},   {2, 8257, 2, 128, 2},
+                               {16, 1025, 6, 128, 2}, {2, 8200, 2, 128, 2}};
     for (size_t i = 0; i < sizeof(long_cases) / sizeof(long_cases[0]); i++) {
         if (long_cases[i].T > max_t) continue;
         for (int pass = 0; pass < backend_passes(&attention_backends[FLASH]); pass++)
