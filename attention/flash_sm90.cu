@@ -783,8 +783,8 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 if (t >= items) break;
                 const Item it = item(t);
                 for (int step = 0; step < it.steps; step++) {
-                    const int cta_step = dq_staged;   // (DQ_WG: the CTA's steps over its items)
-                    if (WRITER2 && (dq_staged++ & 1) != wr) continue;   // the other writer's
+                    const int cta_step = dq_staged++;   // (DQ_WG: the CTA's steps over its items)
+                    if (WRITER2 && (cta_step & 1) != wr) continue;   // the other writer's
                     const int tile = tile_of(it, step), q0 = tile * BR;
                     uint32_t *flag = dq_flags + (size_t)it.bh * q_tiles + tile;
                     bool first = false;   // the tile's first addition (deterministic): a store
@@ -829,7 +829,6 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                     trace(kTrWRead, step);
                     if (S::DQ_WG) {
                         mbar_arrive(&dqw_empty);
-                        if (!WRITER2) dq_staged++;
                     } else {
                         mbar_arrive(&dq_empty[0]);
                         mbar_arrive(&dq_empty[1]);
