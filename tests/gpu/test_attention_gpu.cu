@@ -27,9 +27,9 @@
 //
 // usage: test_attention_gpu [--quick | --sanitize | --max-t N]
 //   --max-t N  skip the cases with T > N; --quick = --max-t 65
-//   --sanitize six small cases that reach every path of the kernels (ring wrap-around, both
+//   --sanitize seven small cases that reach every path of the kernels (ring wrap-around, both
 //              head sizes, the Hopper forward's 3-consumer kernel, CTAs of the persistent grids
-//              with two work items): for compute-sanitizer
+//              with two work items, the two HS=128 dQ writers across items): for compute-sanitizer
 // Without a CUDA device it prints SKIP and exits 0.
 #include <math.h>
 #include <stdint.h>
@@ -547,9 +547,11 @@ int main(int argc, char **argv) {
     // --sanitize (compute-sanitizer's runs, slow per launch): a few small cases that still reach
     // every path of the kernels: one tile, a partial tile, the ring's wrap-around at both head
     // sizes and the 3-consumer Hopper forward
-    // (and 136 work items of the forward and the backward, 4 CTAs of the persistent grids with two)
+    // (and 136 work items of the forward and the backward, 4 CTAs of the persistent grids with two;
+    // at HS = 128, 153 backward items of 17 query tiles: the two dQ writers' turns cross items)
     const Case sanitize_cases[] = {{1, 65, 1, 64, 2},   {1, 129, 1, 128, 2}, {1, 640, 1, 64, 2},
-                                   {1, 640, 1, 128, 2}, {1, 1025, 1, 64, 2}, {1, 1024, 17, 64, 2}};
+                                   {1, 640, 1, 128, 2}, {1, 1025, 1, 64, 2}, {1, 1024, 17, 64, 2},
+                                   {1, 1025, 17, 128, 2}};
     if (sanitize) {
         for (size_t i = 0; i < sizeof(sanitize_cases) / sizeof(sanitize_cases[0]); i++)
             run_case(&sanitize_cases[i], &rng);
