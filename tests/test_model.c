@@ -152,7 +152,9 @@ static void test_init_thread_count(void) {
     for (int i = 0; i < 4; i++) gpt2_free(&m[i]);
 }
 
-// AdamW on one fixed batch must drive the loss from ~ln(61) = 4.1 to below 0.05
+// AdamW on one fixed batch must drive the loss from ~ln(61) = 4.1 to below 0.05. 500 steps:
+// most batches get there in 300, but not all (TEST_SEED=1796298789: 0.16 at step 300, below
+// 1e-4 at 400)
 static void test_overfit_one_batch(unsigned long long *rng) {
     GPT2 m;
     gpt2_init_random(&m, tiny_config(12), 3);
@@ -162,7 +164,7 @@ static void test_overfit_one_batch(unsigned long long *rng) {
     // different targets there, no model gets below 2 ln 2 / 24 = 0.058 (once in 61 seeds)
     if (in[T] == in[0]) in[T] = (in[0] + 1) % tiny_config(1).vocab_size;
     float first = 0.0f, loss = 0.0f;
-    for (int step = 1; step <= 300; step++) {
+    for (int step = 1; step <= 500; step++) {
         gpt2_zero_grad(&m);
         gpt2_forward_backward(&m, in, tg, B, T, 1.0f);
         loss = gpt2_loss_sum(&m);
@@ -170,7 +172,7 @@ static void test_overfit_one_batch(unsigned long long *rng) {
         gpt2_update(&m, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, step);
     }
     CHECK(first > 3.5f, "initial loss %.3f near ln(61) = 4.11", first);
-    CHECK(loss < 0.05f, "loss after 300 steps on one batch: %.4f, expected < 0.05", loss);
+    CHECK(loss < 0.05f, "loss after 500 steps on one batch: %.4f, expected < 0.05", loss);
     gpt2_free(&m);
 }
 
