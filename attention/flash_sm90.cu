@@ -599,15 +599,35 @@ __device__ __forceinline__ void gemm_dsk(float (&dq)[32], uint32_t ds, uint32_t 
 }
 
 // a 64 x 64 part of dQ (a warpgroup's accumulator) -> staging: two 64 x 32 fp32 TMA boxes
-// (kDqBoxBytes apart) in TMA's 128-byte swizzle, for the writer's reduce-adds
+// (kDqBoxBytes apart) in TMA's 128-byte swizzle, for the writer's reduce-adds.
+// A 64-bit store is served a half-warp at a time: lanes g = 0..3 (rows r, r % 8 = g) x t = 0..3,
+// a row's four lanes 32 bytes (two 16-byte chunks) of one 8-column group. The swizzle permutes
+// rows 0..3's chunk positions 0..3 among themselves, so with every lane on the same group 16
+// lanes fall on 4 positions: two wavefronts a half-warp. So the odd rows store the group two
+// further on (their chunks 4..7, swizzled to positions 4..7) while the even rows store their
+// own, and the next store the other way round: 8 distinct positions, one wavefront, the same
+// bytes in the same places (fwd+bwd 1.5-2.7% faster at HS=128 deterministic from T = 16,384 and
+// 2.5% at the d12 step's shape, HS=64; level elsewhere: docs/PERF.md, twentieth session, call 4).
+// The box layout stays TMA's 128-byte rows: 32-byte rows made the reduce-adds slower (nineteenth
+// session, c1).
 __device__ __forceinline__ void stage_dq(unsigned char *staging, const float (&dq)[32], int warp,
                                          int g, int t) {
+    const bool odd = g & 1;
+    const uint32_t flip = odd ? 64u : 0u;   // two groups on = +64 bytes = chunk ^ 4 = offset ^ 64
 #pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-        const int row = 16 * warp + g + Frag::row(i), col = 2 * t + Frag::col(i);
-        *reinterpret_cast<float2 *>(staging + (col / 32) * kDqBoxBytes +
-                                    swizzle_128b(row, (col % 32) * 4)) = make_float2(dq[i], dq[i + 1]);
-    }
+    for (int b = 0; b < 2; b++)   // box (columns 32b..)
+#pragma unroll
+        for (int h = 0; h < 2; h++)   // row half (Frag::row)
+#pragma unroll
+            for (int k0 = 0; k0 < 2; k0++) {   // groups 4b + k0 (accumulators ia) and 4b + k0 + 2 (ib)
+                const int ia = 4 * (4 * b + k0) + 2 * h, ib = ia + 8;
+                const int row = 16 * warp + g + 8 * h;
+                unsigned char *box = staging + b * kDqBoxBytes;
+                const uint32_t off = swizzle_128b(row, (8 * k0 + 2 * t) * 4);   // group 4b + k0's
+                const float2 va = make_float2(dq[ia], dq[ia + 1]), vb = make_float2(dq[ib], dq[ib + 1]);
+                *reinterpret_cast<float2 *>(box + (off ^ flip)) = odd ? vb : va;
+                *reinterpret_cast<float2 *>(box + (off ^ flip ^ 64u)) = odd ? va : vb;
+            }
 }
 
 // Work items: (key/value blocks) x (B*NH), numbered key block 0 of every head first (under the
