@@ -481,7 +481,7 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //                   ├───────────────┤  full[s] / empty[s]
 //   Q, dO, lse, D ─►│ stage s of 2  │ ─────────────────► per query tile of BR rows (BR = 128 at
 //   of query tile i │ Q, dO BR x HS │                      HS = 64, 64 at HS = 128):
-//   (i = the block's│ lse, D  BR    │                      S^T = K Q^T, dP^T = V dO^T  (wgmma, SS)
+//   (i = the block's│ lse, D  BR    │                      S^T = K Q^T, dP^T = V dO^T  (wgmma, SS*)
 //    diagonal..end) └───────────────┘                      P^T = exp2(..), dS^T = P^T (dP^T - D)
 //                   ┌───────────────┐                      dV += P^T dO, dK += dS^T Q (wgmma, RS)
 //                   │ dS^T 128 x BR │ ◄── both consumers' dS^T ──┘
@@ -522,6 +522,8 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //   issue dV += P^T dO, dK += dS^T Q (A from registers); dS^T -> shared (buffer i % 2; at
 //   HS = 64 before the issue); fence; named barrier with the other consumer
 //   issue dQ_part = dS K; wait all; arrive empty[s]
+// (* At HS = 64 S^T's A operand, the consumer's 64 K rows, is loaded into registers once an item,
+// after kv_full: RS.)
 //   wait dq_empty[c]; dQ_part -> staging
 // At HS = 128 (BwdShape::DQ_WG): dP^T is issued after P^T (the registers), no dQ hand-over, and
 // after the dV, dK issue: wait ds_free[i % 2]; dS^T -> shared; fence; arrive ds_full[i % 2];
@@ -925,6 +927,16 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             if (c == 1) your_turn();
             mbar_wait(&kv_full, n & 1);
             trace(kTrKV);
+            // HS = 64: this consumer's 64 K rows, the A operand of every step's S^T, held in
+            // registers for the item (16 a thread, loaded once) rather than read from shared
+            // memory each step: S^T then reads 64 bytes a cycle of shared memory where it read
+            // 96 (fwd+bwd 1-2% faster at T = 1,024-65,536, 2.5% at the d12 step's shape).
+            // V's 16 more, for dP^T, do not fit beside S^T and dP^T in flight (ptxas spills;
+            // 10-20% slower). At HS = 128 the consumers have no 32 registers to spare.
+            // (docs/PERF.md, twenty-first session, call 2)
+            constexpr bool K_REGS = !S::DQ_WG;
+            uint32_t ka[K_REGS ? HS / 4 : 1];
+            if constexpr (K_REGS) load_a<HS, BC>(ka, smem + S::K_OFF + 64 * c * kRowBytes, warp, g, t);
 
             for (int step = 0; step < steps; step++, ring++) {
                 const RingSlot<STAGES> slot(ring);
@@ -941,7 +953,8 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
                 my_turn();
                 trace(kTrTurn, step);
                 wgmma_fence();
-                gemm_abt<HS, BR, BC, BR>(s, k_rows, q);
+                if constexpr (K_REGS) gemm_rbt<HS, BR>(s, ka, q);
+                else gemm_abt<HS, BR, BC, BR>(s, k_rows, q);
                 wgmma_commit();
                 if constexpr (!S::DQ_WG) {
                     gemm_abt<HS, BR, BC, BR>(dp, v_rows, dO);

@@ -465,6 +465,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&x)[N]) {
 //   wgmma_ss<MN_MAJOR>: d (+)= A B, A and B from shared memory, both K-major (MN_MAJOR = 0) or
 //                       both MN-major (1: the transpose flags); accumulate = 0: d = A B
 //   wgmma_rs_tb:        d += A B, A from registers, B from shared memory MN-major (transposed)
+//   wgmma_rs_kb:        d (+)= A B, A from registers, B from shared memory K-major (N = 128)
 template <int N>
 __device__ void wgmma_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b);
 // The accumulator operands of one wgmma, written once: "%0, ..., %31" in the instruction and
@@ -514,6 +515,15 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t a, uint64_t b,
         : WGMMA_D_64(d)
         : "l"(a), "l"(b), "r"(accumulate), "n"(MN_MAJOR));
 }
+__device__ __forceinline__ void wgmma_rs_kb(float (&d)[64], const uint32_t (&a)[4], uint64_t b,
+                                            int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WGMMA_REGS_64
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : WGMMA_D_64(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+}
 template <>
 __device__ __forceinline__ void wgmma_rs_tb<64>(float (&d)[32], const uint32_t (&a)[4],
                                                 uint64_t b) {
@@ -544,6 +554,29 @@ __device__ __forceinline__ void gemm_abt(float (&d)[N / 2], uint32_t a, uint32_t
         const uint32_t col = (ks % 4) * 32;
         wgmma_ss<0>(d, desc_advance(da, (ks / 4) * A_ROWS * 128 + col),
                     desc_advance(db, (ks / 4) * B_ROWS * 128 + col), ks > 0);
+    }
+}
+// d (64 x 128) = A B^T as gemm_abt, A's 64 rows from registers (load_a, 4 a k-step of 16)
+template <int HS, int B_ROWS>
+__device__ __forceinline__ void gemm_rbt(float (&d)[64], const uint32_t (&a)[HS / 4], uint32_t b) {
+    const uint64_t db = smem_desc(b, 16, 1024);
+#pragma unroll
+    for (int ks = 0; ks < HS / 16; ks++) {
+        const uint32_t ak[4] = {a[4 * ks], a[4 * ks + 1], a[4 * ks + 2], a[4 * ks + 3]};
+        wgmma_rs_kb(d, ak, desc_advance(db, (ks / 4) * B_ROWS * 128 + (ks % 4) * 32), ks > 0);
+    }
+}
+// A's 64 rows x HS columns (K-major, 128-byte swizzled panels of ROWS rows at `rows`) into the
+// A-operand registers of one warpgroup's thread (warp, g = lane / 4, t = lane % 4): register
+// 4 ks + r holds row 16 warp + g + 8 (r & 1), columns 16 ks + 8 (r >> 1) + 2 t and + 1
+template <int HS, int ROWS>
+__device__ __forceinline__ void load_a(uint32_t (&a)[HS / 4], const unsigned char *rows, int warp,
+                                       int g, int t) {
+#pragma unroll
+    for (int i = 0; i < HS / 4; i++) {
+        const int row = 16 * warp + g + 8 * (i & 1), col = 16 * (i / 4) + 8 * ((i >> 1) & 1) + 2 * t;
+        a[i] = *reinterpret_cast<const uint32_t *>(rows + (col / 64) * ROWS * 128 +
+                                                    swizzle_128b(row, (col % 64) * 2));
     }
 }
 // d (64 x HS) += A B: A (64 x K) in registers as bf16 pairs (4 a k-step, see pack_a), B (K x HS)
