@@ -930,10 +930,10 @@ __global__ void __launch_bounds__(BwdShape<HS>::THREADS, 1)
             // HS = 64: this consumer's 64 K rows, the A operand of every step's S^T, held in
             // registers for the item (16 a thread, loaded once) rather than read from shared
             // memory each step: S^T then reads 64 bytes a cycle of shared memory where it read
-            // 96 (fwd+bwd 1-2% faster at T = 1,024-65,536, 2.5% at the d12 step's shape).
-            // V's 16 more, for dP^T, do not fit beside S^T and dP^T in flight (ptxas spills;
-            // 10-20% slower). At HS = 128 the consumers have no 32 registers to spare.
-            // (docs/PERF.md, twenty-first session, call 2)
+            // 96 (fwd+bwd 1-2% faster from T = 2,048 to 65,536 in two calls; at the d12 step's
+            // shape level to 2.6%). V's 16 more, for dP^T, do not fit beside S^T and dP^T in
+            // flight (ptxas spills; 15-20% slower). At HS = 128 the consumers have no 32
+            // registers to spare. (docs/PERF.md, twenty-first session, calls 2 and 3)
             constexpr bool K_REGS = !S::DQ_WG;
             uint32_t ka[K_REGS ? HS / 4 : 1];
             if constexpr (K_REGS) load_a<HS, BC>(ka, smem + S::K_OFF + 64 * c * kRowBytes, warp, g, t);
