@@ -57,6 +57,7 @@ stage "comparison, tiny (CPU)"  bash tests/run_tests.sh tests/test_compare.sh
 stage "receipt script (no GPU)" bash tests/run_tests.sh tests/test_receipt.sh
 stage "step scripts (no GPU)"   bash tests/run_tests.sh tests/test_step_scripts.sh
 stage "racecheck verdict (no GPU)" bash tests/run_tests.sh tests/test_racecheck_verdict.sh
+stage "GPU clock script (no GPU)" bash tests/run_tests.sh tests/test_gpu_clock.sh
 stage "flash trace script (no GPU)" bash tests/run_tests.sh tests/test_flash_trace.sh
 stage "decode A/B script (CPU)" bash tests/run_tests.sh tests/test_decode_ab.sh
 if [ ! -x fuzz/run.sh ]; then
