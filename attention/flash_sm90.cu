@@ -522,9 +522,9 @@ __global__ void __launch_bounds__(Shape<HS, CONSUMERS_>::THREADS, 1)
 //   issue dV += P^T dO, dK += dS^T Q (A from registers); dS^T -> shared (buffer i % 2; at
 //   HS = 64 before the issue); fence; named barrier with the other consumer
 //   issue dQ_part = dS K; wait all; arrive empty[s]
+//   wait dq_empty[c]; dQ_part -> staging
 // (* At HS = 64 S^T's A operand, the consumer's 64 K rows, is loaded into registers once an item,
 // after kv_full: RS.)
-//   wait dq_empty[c]; dQ_part -> staging
 // At HS = 128 (BwdShape::DQ_WG): dP^T is issued after P^T (the registers), no dQ hand-over, and
 // after the dV, dK issue: wait ds_free[i % 2]; dS^T -> shared; fence; arrive ds_full[i % 2];
 // wait all; arrive empty[s]. The dQ warpgroup, per step: wait ds_full; dQ_i = dS K, 64 columns

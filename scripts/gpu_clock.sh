@@ -65,7 +65,7 @@ wait "$sampler" 2> /dev/null
 
 # reasons: nvidia-smi's mask (nvmlClocksEventReasons): 0x4 software power cap, 0x8 hardware
 # slowdown, 0x20 software thermal, 0x40 hardware thermal, 0x80 hardware power brake
-awk -F', *' -v cmd_rc="$rc" '
+awk -F', *' '
 function hexval(s,   i, c, v) {   # the low 16 bits of "0x..." (mawk has no strtonum)
     sub(/^0[xX]/, "", s); s = substr(s, length(s) > 4 ? length(s) - 3 : 1); v = 0
     for (i = 1; i <= length(s); i++) { c = index("0123456789abcdef", tolower(substr(s, i, 1))); v = v * 16 + (c ? c - 1 : 0) }
