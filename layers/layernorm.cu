@@ -38,12 +38,31 @@ __device__ __forceinline__ void row_values(float (&xv)[VEC], typename BF16Raw<VE
     }
 }
 
-template <int VEC, int UNROLL>
+template <int VEC, int UNROLL, bool EARLY>
 __global__ void layernorm_forward_kernel(bf16 *residual, bf16 *__restrict__ out,
                                          float *__restrict__ mean, float *__restrict__ rstd,
                                          const bf16 *a, const bf16 *__restrict__ add,
                                          const bf16 *__restrict__ weight,
                                          const bf16 *__restrict__ bias, int N, int C) {
+    // EARLY (a grid of at most one block an SM, where occupancy does not matter), where the row
+    // fits: the weight and bias of the lane's vectors loaded before the wait (they do not
+    // depend on the kernel before). In the decode step this is a kernel of 9-64 rows between
+    // two matmuls, and their round trip after the statistics was on its critical path; in
+    // training's grids of thousands of blocks the 32-60 registers more would halve the warps
+    // an SM.
+    typedef typename BF16Raw<VEC>::type Raw;
+    Raw w_raw[UNROLL], b_raw[UNROLL];
+    if constexpr (EARLY) {
+        const int lane = threadIdx.x % 32, nvec = C / VEC;
+        if (nvec <= 32 * UNROLL) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+                if (lane + 32 * u < nvec) {
+                    w_raw[u] = load_bf16_raw<VEC>(weight + (lane + 32 * u) * VEC);
+                    b_raw[u] = load_bf16_raw<VEC>(bias + (lane + 32 * u) * VEC);
+                }
+        }
+    }
     // launched with PDL (launch_pdl): in the decode step's plain layers a chain of small
     // kernels, where this one's launch then overlaps the end of the GEMM before it
     pdl_launch_dependents();
@@ -55,7 +74,6 @@ __global__ void layernorm_forward_kernel(bf16 *residual, bf16 *__restrict__ out,
     const bf16 *x = a + (size_t)row * C;
     const bf16 *y = has_add ? add + (size_t)row * C : x;   // y: read only when has_add
     const int nvec = C / VEC;
-    typedef typename BF16Raw<VEC>::type Raw;
 
     // the one pass that reads from DRAM: UNROLL vectors per lane in flight at once, kept for
     // the other two passes when the row fits (in_registers), else read again
@@ -79,8 +97,8 @@ __global__ void layernorm_forward_kernel(bf16 *residual, bf16 *__restrict__ out,
         }
     }
     const float m = warp_allreduce_sum(sum) / C;
-    // f(xv, v) for the lane's vectors v = lane, lane + 32, ... in order: from the registers,
-    // or read again
+    // f(xv, v, u) for the lane's vectors v = lane, lane + 32, ... in order: from the registers
+    // (u: the register slot), or read again (u = -1)
     auto each_vector = [&](auto f) {
         if (in_registers) {
 #pragma unroll
@@ -88,20 +106,20 @@ __global__ void layernorm_forward_kernel(bf16 *residual, bf16 *__restrict__ out,
                 if (lane + 32 * u >= nvec) break;
                 float xv[VEC];
                 row_values<VEC>(xv, raw[u], raw_add[u], has_add);
-                f(xv, lane + 32 * u);
+                f(xv, lane + 32 * u, u);
             }
         } else {
             for (int v = lane; v < nvec; v += 32) {
                 float xv[VEC];
                 row_values<VEC>(xv, load_bf16_raw<VEC>(x + v * VEC),
                                 has_add ? load_bf16_raw<VEC>(y + v * VEC) : Raw{}, has_add);
-                f(xv, v);
+                f(xv, v, -1);
             }
         }
     };
 
     float sumsq = 0.0f;
-    each_vector([&](const float (&xv)[VEC], int) {
+    each_vector([&](const float (&xv)[VEC], int, int) {
 #pragma unroll
         for (int k = 0; k < VEC; k++) sumsq += (xv[k] - m) * (xv[k] - m);
     });
@@ -109,11 +127,21 @@ __global__ void layernorm_forward_kernel(bf16 *residual, bf16 *__restrict__ out,
 
     bf16 *o = out + (size_t)row * C;
     bf16 *r = has_add ? residual + (size_t)row * C : nullptr;
-    each_vector([&](const float (&xv)[VEC], int v) {
+    each_vector([&](const float (&xv)[VEC], int v, int u) {
         float w[VEC], b[VEC], yv[VEC];
         if (has_add) store_bf16<VEC>(r + v * VEC, xv);   // already bf16 values: stored exactly
-        load_bf16<VEC>(w, weight + v * VEC);
-        load_bf16<VEC>(b, bias + v * VEC);
+        bool loaded = false;   // before the wait (EARLY)
+        if constexpr (EARLY) {
+            if (u >= 0) {
+                unpack_bf16<VEC>(w, w_raw[u]);
+                unpack_bf16<VEC>(b, b_raw[u]);
+                loaded = true;
+            }
+        }
+        if (!loaded) {
+            load_bf16<VEC>(w, weight + v * VEC);
+            load_bf16<VEC>(b, bias + v * VEC);
+        }
 #pragma unroll
         for (int k = 0; k < VEC; k++) yv[k] = (xv[k] - m) * s * w[k] + b[k];
         store_bf16<VEC>(o + v * VEC, yv);
@@ -133,10 +161,12 @@ static void layernorm_forward_launch(floatX *residual, floatX *out, float *mean,
                       is_aligned16(bias) && (!add || (is_aligned16(add) && is_aligned16(residual)));
     const int blocks = ceil_div(N, rows_per_block);
     const int unroll = layernorm_unroll<8>(C);
-    auto kernel = !vec8 ? layernorm_forward_kernel<1, 4>
-                  : unroll == 5 ? layernorm_forward_kernel<8, 5>
-                  : unroll == 7 ? layernorm_forward_kernel<8, 7>
-                                : layernorm_forward_kernel<8, 4>;
+    const bool early = blocks <= cuda_num_sms;
+    auto kernel = !vec8 ? layernorm_forward_kernel<1, 4, false>
+                  : unroll == 5 ? layernorm_forward_kernel<8, 5, false>
+                  : unroll == 7 ? layernorm_forward_kernel<8, 7, false>
+                  : !early      ? layernorm_forward_kernel<8, 4, false>
+                                : layernorm_forward_kernel<8, 4, true>;
     launch_pdl(kernel, blocks, threads, 0, BF(residual), BF(out), mean, rstd, CBF(a), CBF(add),
                CBF(weight), CBF(bias), N, C);
     LAUNCH_CHECK();
