@@ -57,11 +57,13 @@ struct DecodeArgs {
 };
 
 // G lanes per cache row, 8 channels each; ROWS cache rows per group per round, loaded at once.
-// ROWS = 4 (118 registers, 4 blocks an SM) where a head is split: the rows of a split are few,
+// ROWS = 4 (128 registers, 4 blocks an SM) where a head is split: the rows of a split are few,
 // and more in flight at once shortens it. ROWS = 2 (80 registers, 6 blocks an SM) where each
 // head is one block (B*NH blocks, batch 64: 768): then what counts is that every block is
 // resident at once, one wave (792 on 132 SMs) and no tail (4% faster at batch 64, 2% slower at
-// batch 1 if used there; docs/PERF.md).
+// batch 1 if used there; docs/PERF.md). Held to 72 registers, so that the output projection's
+// CTAs fit beside its blocks and load their weights while it runs, the step measured 3.4% slower
+// at batch 64 (docs/PERF.md, twenty-third session).
 template <int G, int ROWS>
 __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kernel(const DecodeArgs a) {
     // Stages (the comment at the top of the file): the first round of cache rows (before
@@ -88,19 +90,26 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
 
     // A round: group g takes rows base + r * kGroups + g, r < kRows. All 2 * kRows loads of a
     // round are issued together, so one memory latency covers kRows rows.
+    // The new token's row is not in the cache yet: a round loaded after the wait takes it from
+    // qkv (new_k, new_v) with the round's other rows, so that a long span's last round waits for
+    // no extra round trip; the first round, loaded before the wait, fetches it in the loop below.
     int4 k_raw[kRows], v_raw[kRows];
-    auto load_round = [&](int base) {
+    const size_t new_src = (size_t)b * a.q_stride + h * HS + member * 8;
+    auto load_round = [&](int base, bool after_wait) {
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
             const int s = base + r * kGroups + group;
             k_raw[r] = v_raw[r] = make_int4(0, 0, 0, 0);
             if (s < end && active) {
-                k_raw[r] = *reinterpret_cast<const int4 *>(a.kcache + head + (size_t)s * HS);
-                v_raw[r] = *reinterpret_cast<const int4 *>(a.vcache + head + (size_t)s * HS);
+                const bool fresh = after_wait && s == new_pos;
+                k_raw[r] = fresh ? __ldcg(reinterpret_cast<const int4 *>(a.new_k + new_src))
+                                 : *reinterpret_cast<const int4 *>(a.kcache + head + (size_t)s * HS);
+                v_raw[r] = fresh ? __ldcg(reinterpret_cast<const int4 *>(a.new_v + new_src))
+                                 : *reinterpret_cast<const int4 *>(a.vcache + head + (size_t)s * HS);
             }
         }
     };
-    if (start < end) load_round(start);   // before the wait: the cache is not the last kernel's
+    if (start < end) load_round(start, false);   // before the wait: the cache is not the last kernel's
     pdl_launch_dependents();
     pdl_wait();
     if (start >= end) return;   // past len: nothing to do (after the wait, as PDL wants)
@@ -126,16 +135,17 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
         int4 k_cur[kRows], v_cur[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; r++) { k_cur[r] = k_raw[r]; v_cur[r] = v_raw[r]; }
-        if (base + kRound < end) load_round(base + kRound);
+        if (base + kRound < end) load_round(base + kRound, true);
         bool valid[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
             const int s = base + r * kGroups + group;
             valid[r] = s < end;
             if (s == new_pos && active) {   // the new token: from qkv, and into the cache
-                const size_t src = (size_t)b * a.q_stride + h * HS + member * 8;
-                k_cur[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_k + src));
-                v_cur[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_v + src));
+                if (base == start) {   // the first round, loaded before the wait
+                    k_cur[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_k + new_src));
+                    v_cur[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_v + new_src));
+                }
                 *reinterpret_cast<int4 *>(a.kcache + head + (size_t)s * HS) = k_cur[r];
                 *reinterpret_cast<int4 *>(a.vcache + head + (size_t)s * HS) = v_cur[r];
             }
