@@ -664,7 +664,21 @@ static void test_gelu_case(int N, int OC, int misalign) {
     }
     dev_free(d_scratch);
     expect_identical("backward in place with dbias: dinp as without", got_inplace[0], got_dinp, n);
-    expect_close("dbias (+= colsum(dinp))", got_dbias[0], dbias, OC, BF16_TOL);
+    // a column sum's error is relative to the magnitudes summed (|dbias0| + sum |dinp|), not to
+    // the sum, which cancels: at OC = 1 the check is one element, and a sum near zero failed
+    // 1e-2 of itself for 1 seed in 12 (docs/PERF.md, twenty-third session)
+    double diff2 = 0.0, magnitude2 = 0.0;
+    for (int c = 0; c < OC; c++) {
+        double m = fabs(dbias0[c]);
+        for (int r = 0; r < N; r++) m += fabs(dinp[(size_t)r * OC + c]);
+        const double d = (double)got_dbias[0][c] - dbias[c];
+        diff2 += isfinite(got_dbias[0][c]) ? d * d : INFINITY;
+        magnitude2 += m * m;
+    }
+    const double err = sqrt(diff2 / magnitude2);
+    printf("    %-34s rel err %.2e  (tol %.0e, of the magnitudes summed)%s\n", "dbias (+= colsum(dinp))",
+           err, BF16_TOL, err <= BF16_TOL ? "" : "  <-- FAIL");
+    CHECK(err <= BF16_TOL, "dbias (+= colsum(dinp)): error %.3e of the magnitudes summed > %.1e", err, BF16_TOL);
     expect_identical("dbias deterministic", got_dbias[1], got_dbias[0], OC);
     dev_free(d_inp - misalign); dev_free(d_out - misalign); dev_free(d_dout - misalign);
     dev_free(d_dbias);
