@@ -1,7 +1,9 @@
 // argmax.cu: greedy decoding's choice, the largest logit of each row, so that a greedy step
 // brings back B ints instead of B rows of logits. One block per row; each thread scans the row
-// 8 entries (one 16-byte load) at a time, then the block reduces (value, index) pairs, the
-// smaller index winning among equal values (as on the CPU).
+// 8 entries (one 16-byte load) at a time, kBatch loads in flight before it compares any (at
+// GPT-2's 50,257 a thread's 7 loads are one round trip to L2, where the GEMM just left the
+// logits, not 7 after one another), then the block reduces (value, index) pairs, the smaller
+// index winning among equal values (as on the CPU).
 #include <float.h>
 
 #include "../runtime/cuda_common.cuh"
@@ -10,6 +12,7 @@
 namespace {
 
 constexpr int kArgmaxThreads = 1024;
+constexpr int kBatch = 8;   // loads of a thread in flight at once
 
 // (v, i) is better than (best_v, best_i): larger, or equal and earlier
 __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i) {
@@ -19,20 +22,37 @@ __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i)
 template <int VEC>
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_kernel(int *__restrict__ out, const bf16 *__restrict__ logits, size_t row_stride, int V) {
+    // launched with PDL (launch_pdl): in the decode step it follows the LM head's GEMM, and its
+    // launch then overlaps that GEMM's last blocks; the logits are read after the wait
+    pdl_launch_dependents();
+    pdl_wait();
     const bf16 *row = logits + (size_t)blockIdx.x * row_stride;
     float best_v = -FLT_MAX;
     int best_i = 0x7fffffff;
-    for (int i0 = threadIdx.x * VEC; i0 < V; i0 += kArgmaxThreads * VEC) {
-        float x[VEC];
-        if (i0 + VEC <= V) {
-            load_bf16<VEC>(x, row + i0);
-        } else {   // the row's tail
+    typedef typename BF16Raw<VEC>::type Raw;
+    constexpr int kStride = kArgmaxThreads * VEC;   // between a thread's loads
+    for (int base = threadIdx.x * VEC; base < V; base += kBatch * kStride) {
+        Raw raw[kBatch];
 #pragma unroll
-            for (int k = 0; k < VEC; k++) x[k] = i0 + k < V ? __bfloat162float(row[i0 + k]) : -FLT_MAX;
+        for (int b = 0; b < kBatch; b++) {
+            const int i0 = base + b * kStride;
+            if (i0 + VEC <= V) raw[b] = load_bf16_raw<VEC>(row + i0);
         }
 #pragma unroll
-        for (int k = 0; k < VEC; k++)
-            if (better(x[k], i0 + k, best_v, best_i)) { best_v = x[k]; best_i = i0 + k; }
+        for (int b = 0; b < kBatch; b++) {
+            const int i0 = base + b * kStride;
+            if (i0 >= V) break;
+            float x[VEC];
+            if (i0 + VEC <= V) {
+                unpack_bf16<VEC>(x, raw[b]);
+            } else {   // the row's tail
+#pragma unroll
+                for (int k = 0; k < VEC; k++) x[k] = i0 + k < V ? __bfloat162float(row[i0 + k]) : -FLT_MAX;
+            }
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                if (better(x[k], i0 + k, best_v, best_i)) { best_v = x[k]; best_i = i0 + k; }
+        }
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -57,8 +77,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int V) {
     if (B == 0) return;
     if (row_stride % 8 == 0 && is_aligned16(logits))
-        argmax_kernel<8><<<B, kArgmaxThreads, 0, cuda_stream>>>(out, CBF(logits), row_stride, V);
+        launch_pdl(argmax_kernel<8>, B, kArgmaxThreads, 0, out, CBF(logits), row_stride, V);
     else
-        argmax_kernel<1><<<B, kArgmaxThreads, 0, cuda_stream>>>(out, CBF(logits), row_stride, V);
+        launch_pdl(argmax_kernel<1>, B, kArgmaxThreads, 0, out, CBF(logits), row_stride, V);
     LAUNCH_CHECK();
 }
