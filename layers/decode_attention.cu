@@ -26,8 +26,8 @@
 // by the kernel before) is loaded before pdl_wait, the query and the new row after.
 //
 // The layout (split_len, splits) depends on the span the cache may hold (len for
-// attention_decode, maxT for attention_decode_step): enough blocks to cover the SMs a few
-// times, at least kMinSplitKeys positions each. Blocks past len return at once, so one layout
+// attention_decode, maxT for attention_decode_step): enough blocks to cover the SMs twice
+// (kBlocksPerSM), at least kMinSplitKeys positions each. Blocks past len return at once, so one layout
 // serves every position of a CUDA graph. Partial results and the counters live in the caller's
 // scratch (attention_decode_scratch_size), sized for the longest span, maxT.
 #include <math.h>
@@ -41,7 +41,17 @@ namespace {
 
 constexpr int kSplitThreads = 128;
 constexpr int kMinSplitKeys = 64;    // positions per split at least: one round at HS = 64
-constexpr int kBlocksPerSM = 4;      // blocks wanted per SM when B*NH alone is too few
+// Blocks wanted an SM where B*NH alone is too few (the splits of a head: decode_layout). 2, half
+// of what the split kernel holds resident (4 an SM): batch 9-40 decodes 1.5-6% faster than with
+// 4 and batch 1-8 level, while 1 costs batch 1 3% after 1,000 tokens (docs/PERF.md,
+// twenty-fourth session, call 2). With 2, GPT-2 124M's heads are one block each from batch 22
+// (4 made two splits up to batch 43), and two or three splits at 9-16 rows (4: three to five):
+// fewer, longer splits, and room on the SMs for the next kernel's blocks to load their weights.
+// Build with -DDECODE_BLOCKS_PER_SM=N to time another.
+#ifndef DECODE_BLOCKS_PER_SM
+#define DECODE_BLOCKS_PER_SM 2
+#endif
+constexpr int kBlocksPerSM = DECODE_BLOCKS_PER_SM;
 
 struct DecodeArgs {
     bf16 *out;                        // (B, NH, HS)
