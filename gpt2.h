@@ -234,13 +234,19 @@ void gpt2_print_memory(const GPT2 *model);
     X(logits, floatX, B * Vp)       /* (B, Vp) logits of the last position */                \
     X(argmax, int, B)               /* (B) their argmax, greedy decoding's choice */         \
     X(att_scratch, char, attention_decode_scratch_size(B, maxT, NH, HS))                     \
-    X(fused_scratch, char, fused_scratch_size(B, C, 4 * C))
+    X(fused_scratch, char, fused_scratch_size(B, C, 4 * C))                                  \
+    /* the branch's half-batch, Bb = B - B / 2 rows where the step runs in halves, else 0     \
+       (decode_step_halves; the main stream's half uses the scratches above) */               \
+    X(x_stats_b, float, ROW_STATS_FLOATS(Bb, C))                                             \
+    X(att_scratch_b, char, Bb ? attention_decode_scratch_size(Bb, maxT, NH, HS) : 0)         \
+    X(fused_scratch_b, char, Bb ? fused_scratch_size(Bb, C, 4 * C) : 0)
 #define GPT2_DECODE_INDEX(name, ...) DECODE_##name,
 enum { GPT2_DECODE_TENSORS(GPT2_DECODE_INDEX) NUM_DECODE_TENSORS };
 
 typedef struct {
     int L, B, maxT, NH, HS;  // maxT positions of B sequences, for L layers of NH heads of HS
     int V, Vp;               // the model's vocabulary and padded vocabulary
+    int halves;              // the layers run as two half-batches at once (decode_step_halves)
     int len;                 // positions filled so far (the same for every sequence)
     GPT2_DECODE_TENSORS(GPT2_ACT_FIELD)
     size_t bytes[NUM_DECODE_TENSORS];

@@ -40,6 +40,8 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
     // the local names the table's shapes are written in
     size_t L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size;
     int NH = cache->NH, HS = cache->HS;
+    cache->halves = decode_step_halves(B, c.channels);
+    int Bb = cache->halves ? B - B / 2 : 0;   // the branch's rows
 #define SIZE(name, type, elements) cache->bytes[DECODE_##name] = (elements) * sizeof(type);
     GPT2_DECODE_TENSORS(SIZE)
 #undef SIZE
@@ -115,41 +117,74 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
 // ----------------------------------------------------------------------------------------
 // decode step: the layers of one new token per sequence, N = B rows
 
+// The layers of rows [r0, r0 + n) of the step: their slices of the step's tensors and of the
+// cache, and the scratches they use (a half-batch's own where two run at once).
+typedef struct {
+    int r0, n;
+    float *x_stats;
+    void *att_scratch, *fused_scratch;
+} DecodeRows;
+
+// rows.x_stats etc.: from cache->x's rows, the embedded tokens, through the layers, the residual
+// stream staying in cache->x, each projection adding to it in place. Launches the same work with
+// the same arguments at every position: the position is read from cache->inputs.
+static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
+    GPT2Config c = model->config;
+    int L = c.num_layers, C = c.channels, N = rows.n;
+    size_t layer_stride = (size_t)d->B * d->maxT * C;                 // one layer of the cache
+    size_t kv0 = KV_CACHE_AT(rows.r0, 0, 0, d->maxT, d->NH, d->HS);   // the rows' sequences
+    const int *pos = d->inputs + d->B;
+    ParameterTensors p = model->params;
+    void *scratch = rows.fused_scratch;
+    floatX *x = d->x + (size_t)rows.r0 * C, *qkv = d->qkv + (size_t)rows.r0 * 3 * C;
+    floatX *atty = d->atty + (size_t)rows.r0 * C, *fch_gelu = d->fch_gelu + (size_t)rows.r0 * 4 * C;
+    // x's row statistics where the call that last wrote x left them (layers.h), else NULL
+    const float *stats = NULL;
+    for (int l = 0; l < L; l++) {
+        LayerParams w = gpt2_layer_params(&p, C, l);
+        floatX *k = d->k + l * layer_stride + kv0, *v = d->v + l * layer_stride + kv0;
+        // attention block: x += attproj(attention(qkv(ln1(x))))
+        layernorm_matmul_forward(qkv, scratch, x, w.ln1w, w.ln1b, w.qkvw, w.qkvb, N, C, 3 * C, 0,
+                                 stats);
+        stats = attention_matmul_residual_step(x, atty, rows.att_scratch, scratch, qkv, k, v, pos,
+                                               w.attprojw, w.attprojb, N, d->maxT, d->NH, d->HS,
+                                               rows.x_stats) ? rows.x_stats : NULL;
+        // MLP block: x += fcproj(gelu(fc(ln2(x))))
+        layernorm_matmul_forward(fch_gelu, scratch, x, w.ln2w, w.ln2b, w.fcw, w.fcb, N, C, 4 * C,
+                                 1, stats);
+        stats = matmul_residual_forward(x, scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C,
+                                        rows.x_stats) ? rows.x_stats : NULL;
+    }
+}
+
 typedef struct {
     GPT2 *model;
     KVCache *cache;
 } DecodeArgs;
 
-// from cache->x, the embedded tokens (B, C), to cache->logits (B, Vp) and cache->argmax (B).
-// Launches the same work with the same arguments at every position: the position is read from
-// cache->inputs. The residual stream stays in cache->x, each projection adding to it in place.
+// from cache->x, the embedded tokens (B, C), to cache->logits (B, Vp) and cache->argmax (B): the
+// layers, in one go or (d->halves) as two half-batches at once, the second on a branch
+// (dev_branch_begin), so that one half's attention streams the cache while the other's matmuls
+// run; then the LM head over all B rows.
 static void decode_layers(void *arg) {
     GPT2 *model = ((DecodeArgs *)arg)->model;
     KVCache *d = ((DecodeArgs *)arg)->cache;
     GPT2Config c = model->config;
-    int B = d->B, L = c.num_layers, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size;
-    size_t layer_stride = (size_t)B * d->maxT * C;   // one layer of the cache
-    const int *pos = d->inputs + B;
-    ParameterTensors p = model->params;
-    void *scratch = d->fused_scratch;
-    // x's row statistics where the call that last wrote x left them (layers.h), else NULL
-    const float *stats = NULL;
-    for (int l = 0; l < L; l++) {
-        LayerParams w = gpt2_layer_params(&p, C, l);
-        // attention block: x += attproj(attention(qkv(ln1(x))))
-        layernorm_matmul_forward(d->qkv, scratch, d->x, w.ln1w, w.ln1b, w.qkvw, w.qkvb, B, C,
-                                 3 * C, 0, stats);
-        stats = attention_matmul_residual_step(d->x, d->atty, d->att_scratch, scratch, d->qkv,
-                                               d->k + l * layer_stride, d->v + l * layer_stride,
-                                               pos, w.attprojw, w.attprojb, B, d->maxT, d->NH,
-                                               d->HS, d->x_stats) ? d->x_stats : NULL;
-        // MLP block: x += fcproj(gelu(fc(ln2(x))))
-        layernorm_matmul_forward(d->fch_gelu, scratch, d->x, w.ln2w, w.ln2b, w.fcw, w.fcb, B, C,
-                                 4 * C, 1, stats);
-        stats = matmul_residual_forward(d->x, scratch, d->fch_gelu, w.fcprojw, w.fcprojb, B,
-                                        4 * C, C, d->x_stats) ? d->x_stats : NULL;
+    int B = d->B, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size;
+    DecodeRows all = {0, B, d->x_stats, d->att_scratch, d->fused_scratch};
+    if (d->halves) {
+        DecodeRows main_half = {0, B / 2, d->x_stats, d->att_scratch, d->fused_scratch};
+        DecodeRows branch = {B / 2, B - B / 2, d->x_stats_b, d->att_scratch_b, d->fused_scratch_b};
+        dev_branch_begin();
+        decode_rows(model, d, branch);
+        dev_branch_end();
+        decode_rows(model, d, main_half);
+        dev_branch_join();
+    } else {
+        decode_rows(model, d, all);
     }
-    lm_head_forward(d->logits, d->argmax, scratch, d->x, p.lnfw, p.lnfb, p.wte, B, C, V, Vp);
+    lm_head_forward(d->logits, d->argmax, d->fused_scratch, d->x, model->params.lnfw,
+                    model->params.lnfb, model->params.wte, B, C, V, Vp);
 }
 
 void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {

@@ -151,7 +151,10 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
         for (int r = 0; r < kRows; r++) {
             const int s = base + r * kGroups + group;
             valid[r] = s < end;
-            if (s == new_pos && active) {   // the new token: from qkv, and into the cache
+            // the new token: from qkv, and into the cache, by the split that holds it (a round
+            // may reach past the split's end, into the next split's rows, where split_len is not
+            // a multiple of kRound: those rows are invalid here and must not be stored)
+            if (valid[r] && s == new_pos && active) {
                 if (base == start) {   // the first round, loaded before the wait
                     k_cur[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_k + new_src));
                     v_cur[r] = __ldcg(reinterpret_cast<const int4 *>(a.new_v + new_src));

@@ -9,6 +9,9 @@
 bool decode_gemm_sm90_enabled();
 // the layernorm is folded in (and residual calls leave row statistics) at N rows: enabled, N <= 32
 bool decode_gemm_sm90_folds_layernorm(int N);
+// decode_gemm_sm90 takes calls of this shape (given pointers that fit): enabled, N <= 64, K and
+// OC multiples of 64 with a split of K that fits
+bool decode_gemm_sm90_shape_fits(int N, int K, int OC);
 // decode_gemm_sm90 takes this call: enabled, N <= 64, K and OC multiples of 64 with a split of K
 // that fits, inp, weight, lnw, lnb 16-byte aligned, bias, out 4-byte; a layernorm (lnw, lnb and
 // stats_in all given or none) where it folds, over at most 2,048 columns

@@ -936,6 +936,18 @@ int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scra
     return 0;
 }
 
+int decode_step_halves(int B, int C) {
+    ensure_backend();
+    static const int wanted = env_flag("DECODE_HALVES", 1);
+    const int half = B / 2, rest = B - half;   // the main stream's rows, the branch's
+    if (!wanted || half <= FUSED_MAX_ROWS) return 0;   // (halves of 1-8 rows: the GEMV kernels)
+    for (int n = half; n <= rest; n++)   // both halves' four matmuls on the wgmma kernel
+        if (!decode_gemm_sm90_shape_fits(n, C, 3 * C) || !decode_gemm_sm90_shape_fits(n, C, C) ||
+            !decode_gemm_sm90_shape_fits(n, C, 4 * C) || !decode_gemm_sm90_shape_fits(n, 4 * C, C))
+            return 0;
+    return 1;
+}
+
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,
                      const floatX *lnw, const floatX *lnb, const floatX *wte, int N, int C, int V,
                      int Vp) {

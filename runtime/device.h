@@ -74,6 +74,15 @@ int dev_download_async(const void *src, size_t bytes);
 void dev_download_finish(int ticket, void *dst_host);
 void dev_copy(void *dst, const void *src, size_t bytes);            // device -> device
 void dev_synchronize(void);
+// A branch: work that may run beside the main stream's (the decode step's two half-batches).
+// dev_branch_begin() sends what is launched next to a second stream, after everything launched
+// so far; dev_branch_end() sends what follows back to the main stream, to run beside the branch;
+// dev_branch_join() makes the main stream wait for the branch. Inside a CUDA graph's capture the
+// two become two branches of the graph. One branch at a time; the two share the cuBLAS(Lt)
+// workspace, so only one of them may run its GEMMs. On the CPU, no-ops (in order).
+void dev_branch_begin(void);
+void dev_branch_end(void);
+void dev_branch_join(void);
 size_t dev_bytes_in_use(void);   // bytes currently allocated through dev_malloc
 size_t dev_bytes_peak(void);     // most bytes ever allocated at once through dev_malloc
 

@@ -141,6 +141,9 @@ void dev_download_finish(int ticket, void *dst_host) {
 }
 void dev_copy(void *dst, const void *src, size_t bytes) { copy_bytes(dst, src, bytes); }
 void dev_synchronize(void) {}
+void dev_branch_begin(void) {}
+void dev_branch_end(void) {}
+void dev_branch_join(void) {}
 size_t dev_bytes_in_use(void) { return bytes_in_use; }
 size_t dev_bytes_peak(void) { return bytes_peak; }
 

@@ -52,7 +52,7 @@ static void test_attention_decode(unsigned long long *rng) {
     // sizes)
     int shapes[][4] = {{1, 1024, 12, 64}, {4, 128, 4, 64}, {64, 512, 12, 64}, {2, 5000, 2, 128},
                        {3, 40, 2, 32}, {1, 300, 3, 80}, {1, 100, 2, 256}, {2, 70, 5, 8},
-                       {24, 200, 24, 128}, {48, 130, 12, 80}, {96, 70, 6, 8}};
+                       {24, 200, 24, 128}, {48, 130, 12, 80}, {96, 70, 6, 8}, {4, 1024, 12, 64}};
     // --sanitize: the split kernel at one row and the one-split kernel (shapes 0 and 2), two
     // lengths each
     int sanitize_shapes[] = {0, 2};
@@ -94,7 +94,11 @@ static void test_attention_decode(unsigned long long *rng) {
         size_t fused_bytes = fused_scratch_size(B, C, C);
         void *dfused = dev_malloc(fused_bytes, "fused scratch");
         dev_memset_zero(dfused, fused_bytes);
-        int lens[] = {1, 15, 16, 17, 63, 64, 65, 333, 1000, 4097, maxT};
+        // (177 and 353 also put the new row where a round of the split before reaches past
+        // that split's end, into this one's first rows, when split_len is 176 (B=4, maxT=1024, 12
+        // heads on 132 SMs), as 333 does at B=2, maxT=5000: only the split that holds it may
+        // store it)
+        int lens[] = {1, 15, 16, 17, 63, 64, 65, 177, 333, 353, 1000, 4097, maxT};
         for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]); j++) {
             int len = lens[j];
             if (sanitize_mode && len != 17 && len != 333) continue;
@@ -131,11 +135,24 @@ static void test_attention_decode(unsigned long long *rng) {
             // (laid out for maxT, not len: other splits, so not the same bits as attention_decode)
             CHECK_CLOSE(o, ref, (size_t)B * C, 1e-2, "attention_decode_step B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
+            // the first element of the caches that differs, if any: (k or v, b, h, position, i)
+            size_t bad = cache;
+            const char *which = "k";
             floatX_download(kc2, dk2, cache);
-            int same = memcmp(kc2, kc, cache * sizeof(float)) == 0;
-            floatX_download(kc2, dv2, cache);
-            same &= memcmp(kc2, vc, cache * sizeof(float)) == 0;
-            CHECK(same, "attention_decode_step writes the new k and v at position %d, nothing else", pos);
+            for (size_t e = 0; e < cache && bad == cache; e++)
+                if (memcmp(&kc2[e], &kc[e], sizeof(float))) bad = e;
+            if (bad == cache) {
+                which = "v";
+                floatX_download(kc2, dv2, cache);
+                for (size_t e = 0; e < cache && bad == cache; e++)
+                    if (memcmp(&kc2[e], &vc[e], sizeof(float))) bad = e;
+            }
+            CHECK(bad == cache, "attention_decode_step writes the new k and v at position %d, nothing "
+                  "else (B=%d maxT=%d NH=%d HS=%d: first difference in %s at b %d, h %d, position %d, "
+                  "channel %d: %g, want %g)", pos, B, maxT, NH, HS, which,
+                  (int)(bad / ((size_t)NH * maxT * HS)), (int)(bad / ((size_t)maxT * HS) % NH),
+                  (int)(bad / HS % maxT), (int)(bad % HS), bad < cache ? kc2[bad] : 0.0f,
+                  bad < cache ? (which[0] == 'k' ? kc : vc)[bad] : 0.0f);
             // attention_matmul_residual_step (at B = 1 the projection's GEMV combines the
             // attention's split records) against attention_decode_step's output
             // through the plain matmul and residual add; the cache row it writes is the same
@@ -423,7 +440,11 @@ static void test_cached_decoding(unsigned long long *rng) {
     check_cached_decoding(&m, 4, 200, 57, rng);   // B=4 up to the model's last position, 255
     check_cached_decoding(&m, 9, 20, 12, rng);    // B=9: above FUSED_MAX_ROWS, the wgmma kernel
     check_cached_decoding(&m, 16, 20, 6, rng);    // B=16: its last row count
-    check_cached_decoding(&m, 64, 20, 6, rng);    // B=64: bench_infer's batch, one split a head
+    check_cached_decoding(&m, 64, 20, 6, rng);    // B=64: bench_infer's batch
+    // on Hopper (decode_step_halves) the layers as two half-batches at once, the second on a
+    // branch: 16 + 17 rows, and 64 + 64 (where one batch would take cuBLASLt's GEMMs)
+    check_cached_decoding(&m, 33, 20, 6, rng);
+    check_cached_decoding(&m, 128, 20, 4, rng);
     // greedy with the tokens kept on the device (the step replayed as a CUDA graph, the host
     // reading each step's argmax one step late): the same bits as through the host
     for (int B = 1; B <= 64; B *= 8) {
