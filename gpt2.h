@@ -235,18 +235,19 @@ void gpt2_print_memory(const GPT2 *model);
     X(argmax, int, B)               /* (B) their argmax, greedy decoding's choice */         \
     X(att_scratch, char, attention_decode_scratch_size(B, maxT, NH, HS))                     \
     X(fused_scratch, char, fused_scratch_size(B, C, 4 * C))                                  \
-    /* the branch's half-batch, Bb = B - B / 2 rows where the step runs in halves, else 0     \
-       (decode_step_halves; the main stream's half uses the scratches above) */               \
-    X(x_stats_b, float, ROW_STATS_FLOATS(Bb, C))                                             \
-    X(att_scratch_b, char, Bb ? attention_decode_scratch_size(Bb, maxT, NH, HS) : 0)         \
-    X(fused_scratch_b, char, Bb ? fused_scratch_size(Bb, C, 4 * C) : 0)
+    /* the branches' parts of the batch, Pb of them (parts - 1, decode_step_parts), each its   \
+       own of these scratches (KVCache's part_bytes apart; part 0 uses those above) */          \
+    X(x_stats_b, float, Pb * part_bytes[0] / sizeof(float))                                  \
+    X(att_scratch_b, char, Pb * part_bytes[1])                                               \
+    X(fused_scratch_b, char, Pb * part_bytes[2])
 #define GPT2_DECODE_INDEX(name, ...) DECODE_##name,
 enum { GPT2_DECODE_TENSORS(GPT2_DECODE_INDEX) NUM_DECODE_TENSORS };
 
 typedef struct {
     int L, B, maxT, NH, HS;  // maxT positions of B sequences, for L layers of NH heads of HS
     int V, Vp;               // the model's vocabulary and padded vocabulary
-    int halves;              // the layers run as two half-batches at once (decode_step_halves)
+    int parts;               // the layers run as this many parts of the batch at once
+    size_t part_bytes[3];    // a branch's part of x_stats_b, att_scratch_b, fused_scratch_b
     int len;                 // positions filled so far (the same for every sequence)
     GPT2_DECODE_TENSORS(GPT2_ACT_FIELD)
     size_t bytes[NUM_DECODE_TENSORS];

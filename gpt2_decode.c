@@ -10,7 +10,9 @@
 //                wants), attention projection + residual, layernorm + FC + GELU, FC projection
 //                + residual; then the final layernorm + LM head + argmax. On CUDA at a few
 //                rows each is one kernel (fused.cu, decode_attention.cu), 5 a layer where the
-//                plain layers took 12; with more rows they are the plain layers.
+//                plain layers took 12; with more rows they are the plain layers. From 18
+//                rows on Hopper the layers run as two to four parts of the batch at once
+//                (decode_step_parts), all but the first on branch streams.
 // Like gpt2.c, it calls only layers/ and never knows the backend. The decode step reads its
 // position from device memory, so on CUDA its layers are one graph replayed at every step.
 #include "gpt2.h"
@@ -40,8 +42,17 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
     // the local names the table's shapes are written in
     size_t L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size;
     int NH = cache->NH, HS = cache->HS;
-    cache->halves = decode_step_halves(B, c.channels);
-    int Bb = cache->halves ? B - B / 2 : 0;   // the branch's rows
+    // the parts of the batch at once: part i is rows [i * B / parts, (i + 1) * B / parts), and
+    // the branches' parts (all but part 0) get scratches for the most rows a part has
+    cache->parts = decode_step_parts(B, c.channels);
+    size_t Pb = cache->parts - 1, *part_bytes = cache->part_bytes;
+    if (Pb) {
+        int rows = (B + cache->parts - 1) / cache->parts;
+        part_bytes[0] = ROW_STATS_FLOATS(rows, C) * sizeof(float);
+        part_bytes[1] = attention_decode_scratch_size(rows, maxT, NH, HS);
+        part_bytes[2] = fused_scratch_size(rows, C, 4 * C);
+        for (int i = 0; i < 3; i++) part_bytes[i] = (part_bytes[i] + 255) / 256 * 256;   // aligned
+    }
 #define SIZE(name, type, elements) cache->bytes[DECODE_##name] = (elements) * sizeof(type);
     GPT2_DECODE_TENSORS(SIZE)
 #undef SIZE
@@ -163,26 +174,28 @@ typedef struct {
 } DecodeArgs;
 
 // from cache->x, the embedded tokens (B, C), to cache->logits (B, Vp) and cache->argmax (B): the
-// layers, in one go or (d->halves) as two half-batches at once, the second on a branch
-// (dev_branch_begin), so that one half's attention streams the cache while the other's matmuls
-// run; then the LM head over all B rows.
+// layers, in one go or as d->parts parts of the batch at once, all but the first each on a
+// branch (dev_branch_begin), so that one part's attention streams the cache while another's
+// matmuls run; then the LM head over all B rows.
 static void decode_layers(void *arg) {
     GPT2 *model = ((DecodeArgs *)arg)->model;
     KVCache *d = ((DecodeArgs *)arg)->cache;
     GPT2Config c = model->config;
-    int B = d->B, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size;
-    DecodeRows all = {0, B, d->x_stats, d->att_scratch, d->fused_scratch};
-    if (d->halves) {
-        DecodeRows main_half = {0, B / 2, d->x_stats, d->att_scratch, d->fused_scratch};
-        DecodeRows branch = {B / 2, B - B / 2, d->x_stats_b, d->att_scratch_b, d->fused_scratch_b};
-        dev_branch_begin();
-        decode_rows(model, d, branch);
-        dev_branch_end();
-        decode_rows(model, d, main_half);
-        dev_branch_join();
-    } else {
-        decode_rows(model, d, all);
+    int B = d->B, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, P = d->parts;
+    // the branches' parts first (each forked from the main stream as it is now), then part 0
+    for (int i = P - 1; i >= 0; i--) {
+        int r0 = i * B / P, r1 = (i + 1) * B / P;
+        DecodeRows rows = {r0, r1 - r0, d->x_stats, d->att_scratch, d->fused_scratch};
+        if (i > 0) {
+            rows.x_stats = (float *)((char *)d->x_stats_b + (i - 1) * d->part_bytes[0]);
+            rows.att_scratch = d->att_scratch_b + (i - 1) * d->part_bytes[1];
+            rows.fused_scratch = d->fused_scratch_b + (i - 1) * d->part_bytes[2];
+            dev_branch_begin();
+        }
+        decode_rows(model, d, rows);
+        if (i > 0) dev_branch_end();
     }
+    if (P > 1) dev_branch_join();
     lm_head_forward(d->logits, d->argmax, d->fused_scratch, d->x, model->params.lnfw,
                     model->params.lnfb, model->params.wte, B, C, V, Vp);
 }

@@ -398,6 +398,8 @@ bool decode_gemm_sm90_enabled() {
 
 bool decode_gemm_sm90_folds_layernorm(int N) { return decode_gemm_sm90_enabled() && N <= kFoldRows; }
 
+int decode_gemm_sm90_tile_rows(int N) { return tile_rows(N); }
+
 bool decode_gemm_sm90_shape_fits(int N, int K, int OC) {
     return N >= 1 && N <= kRows && K % kBoxCols == 0 && OC % kChannels == 0 &&
            decode_gemm_sm90_enabled() && splits_for(K, OC) > 0;

@@ -9,6 +9,9 @@
 bool decode_gemm_sm90_enabled();
 // the layernorm is folded in (and residual calls leave row statistics) at N rows: enabled, N <= 32
 bool decode_gemm_sm90_folds_layernorm(int N);
+// the rows of the tiles a call of N rows computes on (wgmma's N: 16, 32 or 64; rows past N are
+// zeros)
+int decode_gemm_sm90_tile_rows(int N);
 // decode_gemm_sm90 takes calls of this shape (given pointers that fit): enabled, N <= 64, K and
 // OC multiples of 64 with a split of K that fits
 bool decode_gemm_sm90_shape_fits(int N, int K, int OC);

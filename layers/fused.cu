@@ -40,6 +40,7 @@
 // index) per input row, the last block to finish (a counter in the scratch elects it) reduces
 // the blocks' bests, so greedy decoding needs no separate argmax kernel.
 #include <float.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../attention/flash_tile.cuh"   // mma_bf16: its PTX, written once
@@ -936,16 +937,45 @@ int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scra
     return 0;
 }
 
-int decode_step_halves(int B, int C) {
-    ensure_backend();
-    static const int wanted = env_flag("DECODE_HALVES", 1);
-    const int half = B / 2, rest = B - half;   // the main stream's rows, the branch's
-    if (!wanted || half <= FUSED_MAX_ROWS) return 0;   // (halves of 1-8 rows: the GEMV kernels)
-    for (int n = half; n <= rest; n++)   // both halves' four matmuls on the wgmma kernel
+// rows [i * B / parts, (i + 1) * B / parts) are part i: parts of B / parts rows or one more
+static bool parts_fit(int B, int C, int parts) {
+    const int fewest = B / parts, most = (B + parts - 1) / parts;
+    if (fewest <= FUSED_MAX_ROWS) return false;   // (parts of 1-8 rows: the GEMV kernels)
+    for (int n = fewest; n <= most; n++)   // every part's four matmuls on the wgmma kernel
         if (!decode_gemm_sm90_shape_fits(n, C, 3 * C) || !decode_gemm_sm90_shape_fits(n, C, C) ||
             !decode_gemm_sm90_shape_fits(n, C, 4 * C) || !decode_gemm_sm90_shape_fits(n, 4 * C, C))
-            return 0;
-    return 1;
+            return false;
+    return true;
+}
+
+// Of 2 to DECODE_PARTS parts that fit, those of at most 32 rows (the layernorm folded into the
+// matmuls: no layernorm kernels), and of those the fewest rows in all once each part's are
+// rounded up to its matmuls' tile (16, 32 or 64 rows), the fewest parts where they tie. Measured
+// at batch 36-128 (docs/PERF.md, twenty-fourth session, call 6), the parts this picks were the
+// fastest of 1-4: 3 of 12 rows at 36 (+5% over 2 of 18, padded to 32), 3 of 16 at 48 (+3%), 2
+// of 32 at 64 (4 of 16: -2%, 3 of 21-22: -7%), 3 of 32 at 96 (+9% over 2 of 48), 4 of 32 at 128
+// (+4% over 2 of 64).
+int decode_step_parts(int B, int C) {
+    ensure_backend();
+    static int most = 0;
+    if (!most) {
+        const char *v = getenv("DECODE_PARTS");
+        char *end = NULL;
+        long n = v ? strtol(v, &end, 10) : DEV_MAX_BRANCHES + 1;
+        if (v && (end == v || *end || n < 1 || n > DEV_MAX_BRANCHES + 1))
+            die("DECODE_PARTS=%s: the decode step's parts at once must be a whole number from 1 "
+                "(one batch) to %d", v, DEV_MAX_BRANCHES + 1);
+        most = (int)n;
+    }
+    int best = 1;
+    long best_score = 0;
+    for (int parts = 2; parts <= most; parts++) {
+        if (!parts_fit(B, C, parts)) continue;
+        const int rows = (B + parts - 1) / parts;
+        const long score = (rows > 32) * 1000000L + (long)parts * decode_gemm_sm90_tile_rows(rows);
+        if (best == 1 || score < best_score) best = parts, best_score = score;
+    }
+    return best;
 }
 
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,

@@ -219,13 +219,14 @@ int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scra
                                    floatX *vcache, const int *pos, const floatX *weight,
                                    const floatX *bias, int B, int maxT, int NH, int HS,
                                    float *stats);
-// Whether the decode step's layers at B rows run as two half-batches at once (gpt2_decode.c):
-// rows [0, B/2) on the main stream and the rest on a branch (dev_branch_begin), so that one
-// half's attention streams the cache while the other's matmuls run. On CUDA where every call
-// of a half is one of this project's kernels (cuBLAS(Lt) calls share one workspace and must not
-// run at once: Hopper's wgmma matmuls, 9-64 rows a half, so B = 18-128) and DECODE_HALVES is
-// not 0 in the environment; never on the CPU.
-int decode_step_halves(int B, int C);
+// How many parts of the batch the decode step's layers at B rows run as at once (gpt2_decode.c):
+// part 0, the first B / parts rows, on the main stream and each other on a branch
+// (dev_branch_begin), so that one part's attention streams the cache while another's matmuls
+// run; 1: one batch. On CUDA where every call of every part is one of this project's kernels
+// (cuBLAS(Lt) calls share one workspace and must not run at once: Hopper's wgmma matmuls, 9-64
+// rows a part, so from 18 rows to 256), at most DECODE_PARTS in the environment (1 to
+// DEV_MAX_BRANCHES + 1, the default), as fused.cu chooses. Always 1 on the CPU.
+int decode_step_parts(int B, int C);
 // The tied LM head and greedy decoding's choice: logits (N, Vp) = layernorm(inp) @ wte^T,
 // argmax (N) as logits_argmax gives it over the first V columns of the rounded logits.
 // inp (N, C), lnw, lnb (C), wte (Vp, C)

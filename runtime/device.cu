@@ -279,38 +279,45 @@ void dev_copy(void *dst, const void *src, size_t bytes) {
 
 void dev_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(cuda_stream)); }
 
-// the branch: its stream, the main stream while cuda_stream is the branch's, and the two events
-// that fork and join them (created at the first branch)
-static cudaStream_t branch_stream, main_stream;
-static cudaEvent_t branch_fork, branch_done;
-static int in_branch;
+// the branches: their streams, the main stream while cuda_stream is a branch's, the event that
+// forks each from the main stream and those that join them (created as first needed)
+static cudaStream_t branch_stream[DEV_MAX_BRANCHES], main_stream;
+static cudaEvent_t branch_fork, branch_done[DEV_MAX_BRANCHES];
+static int in_branch, branches_ended;
 
 void dev_branch_begin(void) {
     if (in_branch) die("dev_branch_begin: a branch is already open (one at a time)");
-    if (!branch_stream) {
-        CUDA_CHECK(cudaStreamCreateWithFlags(&branch_stream, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaEventCreateWithFlags(&branch_fork, cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&branch_done, cudaEventDisableTiming));
+    if (branches_ended == DEV_MAX_BRANCHES)
+        die("dev_branch_begin: %d branches ended and not joined (at most DEV_MAX_BRANCHES)",
+            branches_ended);
+    const int i = branches_ended;
+    if (!branch_fork) CUDA_CHECK(cudaEventCreateWithFlags(&branch_fork, cudaEventDisableTiming));
+    if (!branch_stream[i]) {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&branch_stream[i], cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&branch_done[i], cudaEventDisableTiming));
     }
     CUDA_CHECK(cudaEventRecord(branch_fork, cuda_stream));
-    CUDA_CHECK(cudaStreamWaitEvent(branch_stream, branch_fork, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(branch_stream[i], branch_fork, 0));
     main_stream = cuda_stream;
-    cuda_stream = branch_stream;   // every launch reads cuda_stream; cuBLAS keeps its own
+    cuda_stream = branch_stream[i];   // every launch reads cuda_stream; cuBLAS keeps its own
     CUBLAS_CHECK(cublasSetStream(cublas_handle, cuda_stream));
     in_branch = 1;
 }
 
 void dev_branch_end(void) {
     if (!in_branch) die("dev_branch_end: no branch is open");
-    CUDA_CHECK(cudaEventRecord(branch_done, branch_stream));
+    CUDA_CHECK(cudaEventRecord(branch_done[branches_ended], cuda_stream));
     cuda_stream = main_stream;
     CUBLAS_CHECK(cublasSetStream(cublas_handle, cuda_stream));
     in_branch = 0;
+    branches_ended++;
 }
 
 void dev_branch_join(void) {
-    if (in_branch || !branch_stream) die("dev_branch_join: no ended branch to join");
-    CUDA_CHECK(cudaStreamWaitEvent(cuda_stream, branch_done, 0));
+    if (in_branch) die("dev_branch_join: a branch is still open");
+    for (int i = 0; i < branches_ended; i++)
+        CUDA_CHECK(cudaStreamWaitEvent(cuda_stream, branch_done[i], 0));
+    branches_ended = 0;
 }
 
 float dev_read_float(const float *p) {

@@ -74,12 +74,14 @@ int dev_download_async(const void *src, size_t bytes);
 void dev_download_finish(int ticket, void *dst_host);
 void dev_copy(void *dst, const void *src, size_t bytes);            // device -> device
 void dev_synchronize(void);
-// A branch: work that may run beside the main stream's (the decode step's two half-batches).
-// dev_branch_begin() sends what is launched next to a second stream, after everything launched
-// so far; dev_branch_end() sends what follows back to the main stream, to run beside the branch;
-// dev_branch_join() makes the main stream wait for the branch. Inside a CUDA graph's capture the
-// two become two branches of the graph. One branch at a time; the two share the cuBLAS(Lt)
-// workspace, so only one of them may run its GEMMs. On the CPU, no-ops (in order).
+// Branches: work that may run beside the main stream's (the decode step's parts of a batch).
+// dev_branch_begin() sends what is launched next to a stream of its own, after everything
+// launched so far on the main stream; dev_branch_end() sends what follows back to the main
+// stream, to run beside the branch; dev_branch_join() makes the main stream wait for every
+// branch ended since the last join. Up to DEV_MAX_BRANCHES at once, launched into one at a time.
+// Inside a CUDA graph's capture they become branches of the graph. They share the cuBLAS(Lt)
+// workspace, so only one stream at a time may run its GEMMs. On the CPU, no-ops (in order).
+#define DEV_MAX_BRANCHES 3
 void dev_branch_begin(void);
 void dev_branch_end(void);
 void dev_branch_join(void);

@@ -441,10 +441,13 @@ static void test_cached_decoding(unsigned long long *rng) {
     check_cached_decoding(&m, 9, 20, 12, rng);    // B=9: above FUSED_MAX_ROWS, the wgmma kernel
     check_cached_decoding(&m, 16, 20, 6, rng);    // B=16: its last row count
     check_cached_decoding(&m, 64, 20, 6, rng);    // B=64: bench_infer's batch
-    // on Hopper (decode_step_halves) the layers as two half-batches at once, the second on a
-    // branch: 16 + 17 rows, and 64 + 64 (where one batch would take cuBLASLt's GEMMs)
+    // on Hopper (decode_step_parts) the layers as parts of the batch at once, all but the first
+    // on branches: B=64 two of 32 rows, B=33 three of 11 (11 + 11 + 11), B=128 four of 32, and
+    // B=200 four of 50 (where one batch would take cuBLASLt's GEMMs, and the parts the
+    // layernorm kernel before their matmuls)
     check_cached_decoding(&m, 33, 20, 6, rng);
     check_cached_decoding(&m, 128, 20, 4, rng);
+    check_cached_decoding(&m, 200, 20, 3, rng);
     // greedy with the tokens kept on the device (the step replayed as a CUDA graph, the host
     // reading each step's argmax one step late): the same bits as through the host
     for (int B = 1; B <= 64; B *= 8) {
