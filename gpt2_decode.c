@@ -128,17 +128,18 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
 // ----------------------------------------------------------------------------------------
 // decode step: the layers of one new token per sequence, N = B rows
 
-// The layers of rows [r0, r0 + n) of the step: their slices of the step's tensors and of the
-// cache, and the scratches they use (a half-batch's own where two run at once).
+// Rows [r0, r0 + n) of the step (a part of the batch, or all of it), and the scratches their
+// calls use (each part on a branch has its own).
 typedef struct {
     int r0, n;
     float *x_stats;
     void *att_scratch, *fused_scratch;
 } DecodeRows;
 
-// rows.x_stats etc.: from cache->x's rows, the embedded tokens, through the layers, the residual
-// stream staying in cache->x, each projection adding to it in place. Launches the same work with
-// the same arguments at every position: the position is read from cache->inputs.
+// The layers of those rows: from their rows of cache->x, the embedded tokens, through every
+// layer, on their slices of the step's tensors and of the cache; the residual stream stays in
+// cache->x, each projection adding to it in place. Launches the same work with the same
+// arguments at every position: the position is read from cache->inputs.
 static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
     GPT2Config c = model->config;
     int L = c.num_layers, C = c.channels, N = rows.n;
