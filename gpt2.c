@@ -48,14 +48,14 @@ int gpt2_config_from_name(GPT2Config *config, const char *name, int max_seq_len)
 // arenas: a list of sizes laid out in one allocation
 
 #define ARENA_ALIGN 256   // every tensor starts on a 256-byte boundary (vector loads, cuBLASLt)
-static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+size_t arena_align(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
 
 // sets offsets[i] and returns the arena's size
 static size_t arena_layout(size_t *offsets, const size_t *bytes, int n) {
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         offsets[i] = total;
-        total += align_up(bytes[i]);
+        total += arena_align(bytes[i]);
     }
     return total;
 }
@@ -70,7 +70,7 @@ double arena_print(FILE *out, const char *const *names, const size_t *bytes, int
     for (int i = 0; i < n; i++) {
         format_bytes(buf, sizeof(buf), (double)bytes[i]);
         fprintf(out, "  %-18s %21s\n", names[i], buf);
-        total += align_up(bytes[i]);
+        total += arena_align(bytes[i]);
     }
     return total;
 }

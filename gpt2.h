@@ -134,6 +134,8 @@ typedef struct {
 // offsets[i] (bytes from the start) and returns the allocation; arena_print writes one row
 // per tensor, then the total, which it returns.
 char *arena_alloc(size_t *offsets, const size_t *bytes, int n, const char *what);
+// bytes rounded up to the arenas' 256-byte boundary (pieces of a tensor that must start on it)
+size_t arena_align(size_t bytes);
 double arena_print(FILE *out, const char *const *names, const size_t *bytes, int n);
 
 // "dN", a model of N layers, as llm.c names them: d12 GPT-2 124M (C=768, NH=12), d24 gpt2-medium

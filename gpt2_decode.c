@@ -51,7 +51,7 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
         part_bytes[0] = ROW_STATS_FLOATS(rows, C) * sizeof(float);
         part_bytes[1] = attention_decode_scratch_size(rows, maxT, NH, HS);
         part_bytes[2] = fused_scratch_size(rows, C, 4 * C);
-        for (int i = 0; i < 3; i++) part_bytes[i] = (part_bytes[i] + 255) / 256 * 256;   // aligned
+        for (int i = 0; i < 3; i++) part_bytes[i] = arena_align(part_bytes[i]);
     }
 #define SIZE(name, type, elements) cache->bytes[DECODE_##name] = (elements) * sizeof(type);
     GPT2_DECODE_TENSORS(SIZE)

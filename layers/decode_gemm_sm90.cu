@@ -408,9 +408,10 @@ bool decode_gemm_sm90_shape_fits(int N, int K, int OC) {
 bool decode_gemm_sm90_fits(int N, int K, int OC, const void *inp, const void *weight,
                            const void *bias, const void *out, const void *lnw, const void *lnb,
                            const float *stats_in) {
-    return decode_gemm_sm90_shape_fits(N, K, OC) && bias && is_aligned16(inp) && is_aligned16(weight) && (uintptr_t)bias % 4 == 0 &&
-           (uintptr_t)out % 4 == 0 && !lnw == !lnb && !lnw == !stats_in && is_aligned16(lnw) &&
-           is_aligned16(lnb) && (uintptr_t)stats_in % 8 == 0 &&
+    return decode_gemm_sm90_shape_fits(N, K, OC) && bias && is_aligned16(inp) &&
+           is_aligned16(weight) && (uintptr_t)bias % 4 == 0 && (uintptr_t)out % 4 == 0 &&
+           !lnw == !lnb && !lnw == !stats_in && is_aligned16(lnw) && is_aligned16(lnb) &&
+           (uintptr_t)stats_in % 8 == 0 &&
            (!lnw || (K / kChannels <= kMaxPieces && N <= kFoldRows));
 }
 

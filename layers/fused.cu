@@ -941,11 +941,12 @@ int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scra
 static bool parts_fit(int B, int C, int parts) {
     const int fewest = B / parts, most = (B + parts - 1) / parts;
     if (fewest <= FUSED_MAX_ROWS) return false;   // (parts of 1-8 rows: the GEMV kernels)
-    for (int n = fewest; n <= most; n++)   // every part's four matmuls on the wgmma kernel
-        if (!decode_gemm_sm90_shape_fits(n, C, 3 * C) || !decode_gemm_sm90_shape_fits(n, C, C) ||
-            !decode_gemm_sm90_shape_fits(n, C, 4 * C) || !decode_gemm_sm90_shape_fits(n, 4 * C, C))
-            return false;
-    return true;
+    // every part's four matmuls on the wgmma kernel, whose rows have only an upper bound: the
+    // largest part's fitting is enough
+    return decode_gemm_sm90_shape_fits(most, C, 3 * C) &&
+           decode_gemm_sm90_shape_fits(most, C, C) &&
+           decode_gemm_sm90_shape_fits(most, C, 4 * C) &&
+           decode_gemm_sm90_shape_fits(most, 4 * C, C);
 }
 
 // Of 2 to DECODE_PARTS parts that fit, those of at most 32 rows (the layernorm folded into the
@@ -972,7 +973,8 @@ int decode_step_parts(int B, int C) {
     for (int parts = 2; parts <= most; parts++) {
         if (!parts_fit(B, C, parts)) continue;
         const int rows = (B + parts - 1) / parts;
-        const long score = (rows > 32) * 1000000L + (long)parts * decode_gemm_sm90_tile_rows(rows);
+        const long score = !decode_gemm_sm90_folds_layernorm(rows) * 1000000L +
+                           (long)parts * decode_gemm_sm90_tile_rows(rows);
         if (best == 1 || score < best_score) best = parts, best_score = score;
     }
     return best;
