@@ -7,17 +7,13 @@
 #include <float.h>
 
 #include "../runtime/cuda_common.cuh"
+#include "argmax.cuh"
 #include "layers.h"
 
 namespace {
 
 constexpr int kArgmaxThreads = 1024;
 constexpr int kBatch = 8;   // loads of a thread in flight at once
-
-// (v, i) is better than (best_v, best_i): larger, or equal and earlier
-__device__ __forceinline__ bool better(float v, int i, float best_v, int best_i) {
-    return v > best_v || (v == best_v && i < best_i);
-}
 
 template <int VEC>
 __global__ void __launch_bounds__(kArgmaxThreads)
@@ -54,12 +50,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
                 if (better(x[k], i0 + k, best_v, best_i)) { best_v = x[k]; best_i = i0 + k; }
         }
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
-        const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
-        if (better(v, i, best_v, best_i)) { best_v = v; best_i = i; }
-    }
+    warp_best(best_v, best_i, 1);
     __shared__ float warp_v[kArgmaxThreads / 32];
     __shared__ int warp_i[kArgmaxThreads / 32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

@@ -45,6 +45,7 @@
 #include "../attention/flash_tile.cuh"   // TMA, mbarrier, wgmma: their PTX, written once
 #include "../runtime/cuda_common.cuh"
 #include "../runtime/tensor_map.h"
+#include "argmax.cuh"
 #include "decode_gemm_sm90.h"
 #include "gelu.cuh"
 
@@ -389,6 +390,189 @@ void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a, i
 // the tile's rows: N rounded up to 16, 32 or 64 (wgmma's N; the X boxes' rows)
 int tile_rows(int N) { return N <= 16 ? 16 : N <= 32 ? 32 : 64; }
 
+
+// ---- the LM head: decode_lm_head_kernel ---------------------------------------------------------
+// logits (N, Vp) = x (N, K) wte^T rounded to bf16, and argmax (N) over the first V columns of
+// each row, at 9-64 rows (x: the final layernorm's output, from the layernorm kernel before).
+//
+// Why a kernel of its own: at these rows the LM head was cuBLASLt's GEMM (22.9 us for wte's 77 MB)
+// and then logits_argmax (5.4-6.6 us), one after the other on the critical path of every step,
+// alone after the parts join. Here the argmax rides in the GEMM's epilogue. The matmuls' kernel
+// above holds a CTA's whole share of the weights at once, one tile a CTA: for the LM head's 786
+// tiles of 64 vocabulary rows that would be six waves of it. So this one is persistent (one CTA an
+// SM, tiles blockIdx.x, + gridDim.x, ...) and streams wte through a ring, the first kHeadStages
+// boxes before pdl_wait (wte does not depend on the kernel before: they load while the layernorm
+// runs):
+//
+//   x (N, K)   ──TMA, once, after pdl_wait──► X: K / 64 boxes of ROWS x 64 (rows past N zeros)
+//   wte (Vp, K) ──TMA, producer warp──► ring of kHeadStages boxes of 64 channels x 64 columns
+//      full[s]: the box landed   empty[s]: the consumer warpgroup's products have read it
+//   consumer warpgroup, per tile: acc (64 channels x ROWS rows, fp32) = sum over boxes of W X^T
+//      (wgmma m64nROWSk16, both K-major, as the kernel above), then the logits rounded to bf16 and
+//      stored, and each thread's best (logit, channel) per row kept in registers across its tiles
+//   after the last tile: each row's best over the warp's lanes (shuffles), the warpgroup's
+//      (shared memory), the grid's by one atomicMax of best_key a row (any order gives the same
+//      key); the last CTA to finish (the counter) turns the keys into argmax and zeroes them
+//
+// Measured (docs/PERF.md, twenty-fifth session): the ring alone streams wte in about 23 us,
+// cuBLASLt's pace, whatever the boxes' size or the ring's depth (a form with wte loaded into
+// registers as wgmma's A operand was slower); the kernel takes 24.5-27 us alone at 16-64 rows, and
+// the step's LM head ends about 4 us sooner than the GEMM and the argmax kernel did (+1-3% tokens/s
+// at batch 9-64). The logits are the same bits as cuBLASLt's (both sum K in order on the tensor
+// cores); the argmax is the first argmax of the logits written, as logits_argmax's.
+constexpr int kHeadStages = 12;              // boxes of wte in flight a CTA: 96 KB, 12.7 MB on 132 SMs
+constexpr int kHeadRows = 64;                // the most rows it takes (X in shared memory beside the ring)
+constexpr int kHeadThreads = kThreads + 32;  // the consumer warpgroup and the producer warp
+
+struct HeadArgs {
+    bf16 *logits;               // (N, Vp)
+    unsigned long long *keys;   // (N) each row's best_key so far; zeros between calls
+    unsigned *counter;          // CTAs done; zero between calls
+    int *argmax;                // (N)
+    int N, K, Vp, V;
+};
+
+template <int ROWS>
+__global__ void __launch_bounds__(kHeadThreads, 1)
+    decode_lm_head_kernel(const __grid_constant__ CUtensorMap w_map,   // wte, 64 x 64 boxes
+                          const __grid_constant__ CUtensorMap x_map,   // x, ROWS x 64 boxes
+                          const HeadArgs a) {
+    constexpr int kXBoxBytes = ROWS * 128;   // one box of X
+    constexpr int kBest = ROWS / 4;          // the rows a thread holds: 2t + 8 (j / 2) + j % 2
+    const int boxes = a.K / kBoxCols, N = a.N;
+    const int my_tiles = (a.Vp / kChannels - blockIdx.x + gridDim.x - 1) / gridDim.x;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ uint64_t full[kHeadStages], empty[kHeadStages], x_full;
+    __shared__ float warp_v[4][ROWS];
+    __shared__ int warp_i[4][ROWS];
+    __shared__ bool last;
+    unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const uint32_t x_tile = smem_addr(smem), w_ring = x_tile + boxes * kXBoxBytes;   // 1024-aligned
+
+    if (threadIdx.x == 0) {
+        prefetch_tensormap(&x_map);
+        for (int s = 0; s < kHeadStages; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], kThreads);
+        }
+        mbar_init(&x_full, 1);
+        mbar_fence_init();
+    }
+    __syncthreads();   // the barriers are initialised
+    pdl_launch_dependents();
+
+    if (warp == 4) {
+        // the producer: the CTA's boxes in order, box b of its k-th tile at step k * boxes + b;
+        // the first kHeadStages issued at once, before the wait
+        if (lane == 0)
+            for (int step = 0; step < my_tiles * boxes; step++) {
+                const RingSlot<kHeadStages> s(step);
+                const int tile = blockIdx.x + gridDim.x * (step / boxes);
+                mbar_wait(&empty[s.stage], s.parity ^ 1);
+                mbar_arrive_expect_tx(&full[s.stage], kBoxBytes);
+                tma_load_4d(w_ring + s.stage * kBoxBytes, &w_map, &full[s.stage], (step % boxes) * kBoxCols, 0,
+                            tile * kChannels, 0);
+            }
+        __syncwarp();
+        pdl_wait();
+    } else {
+        pdl_wait();
+        if (threadIdx.x == 0) {
+            mbar_arrive_expect_tx(&x_full, boxes * kXBoxBytes);
+            for (int b = 0; b < boxes; b++) tma_load_4d(x_tile + b * kXBoxBytes, &x_map, &x_full, b * kBoxCols, 0, 0, 0);
+        }
+        float best_v[kBest];
+        int best_i[kBest];
+#pragma unroll
+        for (int j = 0; j < kBest; j++) { best_v[j] = -FLT_MAX; best_i[j] = 0x7fffffff; }
+        float acc[ROWS / 2];
+        const uint64_t dw = smem_desc(w_ring, 16, 1024), dx = smem_desc(x_tile, 16, 1024);
+        mbar_wait(&x_full, 0);
+        // the ring's stage and its parity, counted along (as RingSlot(step) without a division)
+        int stage = 0, prev = 0;
+        uint32_t parity = 0;
+        for (int k = 0; k < my_tiles; k++) {
+            // acc = W X^T over the boxes; a box's stage given back once the next box's products
+            // are issued and its own done
+            for (int b = 0; b < boxes; b++) {
+                mbar_wait(&full[stage], parity);
+                wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < kBoxCols / 16; ks++)
+                    wgmma_ss<0>(acc, desc_advance(dw, stage * kBoxBytes + 32 * ks),
+                                desc_advance(dx, b * kXBoxBytes + 32 * ks), b > 0 || ks > 0);
+                wgmma_commit();
+                if (b > 0) {
+                    wgmma_wait<1>();
+                    mbar_arrive(&empty[prev]);
+                }
+                prev = stage;
+                if (++stage == kHeadStages) { stage = 0; parity ^= 1; }
+            }
+            wgmma_wait<0>();
+            fence_regs(acc);
+            mbar_arrive(&empty[prev]);
+            // register i: row n = 2t + col(i), channel ch0 + row(i). Without branches: the store
+            // predicated on n < N, and the best kept with a plain `>`: a thread's candidates come
+            // in increasing channel order (its tiles, then row(i) 0 before 8), so a strictly
+            // larger value is `better`'s choice (a profile at 64 rows had this epilogue, with a
+            // branch an element, at 600 instructions a tile, a third of the kernel's samples)
+            const int ch0 = (blockIdx.x + gridDim.x * k) * kChannels + 16 * warp + g;
+            bf16 *out = a.logits + (size_t)(2 * t) * a.Vp + ch0;
+#pragma unroll
+            for (int i = 0; i < ROWS / 2; i++) {
+                const int j = (i >> 2) * 2 + (i & 1), ch = ch0 + Frag::row(i);
+                const bf16 logit = __float2bfloat16_rn(acc[i]);
+                if (2 * t + Frag::col(i) < N) out[(size_t)Frag::col(i) * a.Vp + Frag::row(i)] = logit;
+                const float v = ch < a.V ? __bfloat162float(logit) : -FLT_MAX;
+                if (v > best_v[j]) { best_v[j] = v; best_i[j] = ch; }
+            }
+        }
+        // each row's best over the warp's 8 lanes g that hold it, then into shared memory
+#pragma unroll
+        for (int j = 0; j < kBest; j++) {
+            warp_best(best_v[j], best_i[j], 4);
+            const int n = 2 * t + 8 * (j / 2) + j % 2;
+            if (g == 0) { warp_v[warp][n] = best_v[j]; warp_i[warp][n] = best_i[j]; }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < N) {   // the CTA's best of row n, into the grid's
+        const int n = threadIdx.x;
+        float v = warp_v[0][n];
+        int i = warp_i[0][n];
+        for (int w = 1; w < 4; w++)
+            if (better(warp_v[w][n], warp_i[w][n], v, i)) { v = warp_v[w][n]; i = warp_i[w][n]; }
+        atomicMax(a.keys + n, best_key(v, i));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {   // the last-block pattern of runtime/cuda_common.cuh
+        last = atomic_add_acq_rel(a.counter, 1u) == gridDim.x - 1;
+        if (last) *a.counter = 0;   // for the next call (stream-ordered after this kernel)
+    }
+    __syncthreads();
+    if (!last || threadIdx.x >= N) return;
+    const int n = threadIdx.x, index = best_key_index(__ldcg(a.keys + n));
+    a.keys[n] = 0;   // for the next call
+    a.argmax[n] = index < a.V ? index : 0;   // a row of NaNs: index 0, as logits_argmax
+}
+
+// the LM head's shared memory: X's boxes, the ring, + the 1024-byte alignment
+size_t head_smem_bytes(int K, int rows) { return 1024 + (size_t)K / kBoxCols * rows * 128 + kHeadStages * kBoxBytes; }
+constexpr size_t kHeadSmemMax = 200 * 1024;   // of the 227 KB a CTA may have, beside the static
+
+template <int ROWS>
+void launch_head(const CUtensorMap &w_map, const CUtensorMap &x_map, const HeadArgs &a) {
+    auto kernel = decode_lm_head_kernel<ROWS>;
+    static bool asked = false;   // past the 48 KiB a kernel gets without asking
+    if (!asked) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kHeadSmemMax));
+        asked = true;
+    }
+    const int tiles = a.Vp / kChannels, grid = tiles < cuda_num_sms ? tiles : cuda_num_sms;
+    launch_pdl(kernel, grid, kHeadThreads, head_smem_bytes(a.K, ROWS), w_map, x_map, a);
+}
 }  // namespace
 
 bool decode_gemm_sm90_enabled() {
@@ -433,5 +617,27 @@ void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *lnw, const f
     if (rows == 16) launch<16>(w_map, x_map, a, splits, boxes);
     else if (rows == 32) launch<32>(w_map, x_map, a, splits, boxes);
     else launch<64>(w_map, x_map, a, splits, boxes);
+    LAUNCH_CHECK();
+}
+
+bool decode_lm_head_sm90_fits(int N, int K, int Vp, const void *inp, const void *wte, const void *logits) {
+    return decode_gemm_sm90_enabled() && N > FUSED_MAX_ROWS && N <= kHeadRows && K % kBoxCols == 0 &&
+           Vp % kChannels == 0 && head_smem_bytes(K, tile_rows(N)) <= kHeadSmemMax && is_aligned16(inp) &&
+           is_aligned16(wte) && (uintptr_t)logits % 2 == 0;
+}
+
+void decode_lm_head_sm90(floatX *logits, int *argmax, unsigned *counter, unsigned long long *keys,
+                         const floatX *inp, const floatX *wte, int N, int K, int V, int Vp) {
+    if (!decode_lm_head_sm90_fits(N, K, Vp, inp, wte, logits) || (uintptr_t)keys % 8)
+        die("decode_lm_head_sm90: N %d, K %d, Vp %d do not fit (decode_lm_head_sm90_fits)", N, K, Vp);
+    const CUtensorMap w_map =
+        *tensor_map_4d(wte, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, K, 1, Vp, 1, kBoxCols, kChannels);
+    const int rows = tile_rows(N);
+    const CUtensorMap x_map =
+        *tensor_map_4d(inp, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, K, 1, N, 1, kBoxCols, rows);
+    const HeadArgs a = {BF(logits), keys, counter, argmax, N, K, Vp, V};
+    if (rows == 16) launch_head<16>(w_map, x_map, a);
+    else if (rows == 32) launch_head<32>(w_map, x_map, a);
+    else launch_head<64>(w_map, x_map, a);
     LAUNCH_CHECK();
 }

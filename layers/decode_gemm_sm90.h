@@ -30,3 +30,13 @@ bool decode_gemm_sm90_fits(int N, int K, int OC, const void *inp, const void *we
 void decode_gemm_sm90(floatX *out, const floatX *inp, const floatX *lnw, const floatX *lnb,
                       const float *stats_in, const floatX *weight, const floatX *bias, int N, int K,
                       int OC, int gelu, int residual, float *stats_out);
+// the LM head at 9-64 rows (decode_lm_head_kernel): logits (N, Vp) = inp (N, K) wte^T, rounded to
+// bf16, and argmax (N) over each row's first V logits, as logits_argmax gives it. Takes the call
+// where enabled, 9 <= N <= 64, K and Vp multiples of 64, inp (K / 64 boxes of N rows) fits in
+// shared memory beside the ring (K <= 768 at 33-64 rows, 1,600 at 17-32), inp and wte 16-byte
+// aligned.
+bool decode_lm_head_sm90_fits(int N, int K, int Vp, const void *inp, const void *wte, const void *logits);
+// counter (one unsigned) and keys (N, 8-byte aligned): zeros before the first call, and left so
+// for the next. Dies where the call does not fit.
+void decode_lm_head_sm90(floatX *logits, int *argmax, unsigned *counter, unsigned long long *keys,
+                         const floatX *inp, const floatX *wte, int N, int K, int V, int Vp);

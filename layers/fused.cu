@@ -38,13 +38,15 @@
 // The LM head (Vp = 50304 rows of wte) is the same kernel with a grid-stride loop over row
 // tiles; greedy decoding's argmax rides in its epilogue: each block keeps the best (value,
 // index) per input row, the last block to finish (a counter in the scratch elects it) reduces
-// the blocks' bests, so greedy decoding needs no separate argmax kernel.
+// the blocks' bests, so greedy decoding needs no separate argmax kernel. At 9-64 rows on Hopper
+// the LM head is decode_gemm_sm90.cu's decode_lm_head_kernel, its argmax in its epilogue too.
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../attention/flash_tile.cuh"   // mma_bf16: its PTX, written once
 #include "../runtime/cuda_common.cuh"
+#include "argmax.cuh"
 #include "decode_attention.cuh"
 #include "decode_gemm_sm90.h"
 #include "fused_plain.h"
@@ -112,21 +114,6 @@ __device__ __forceinline__ float div_approx_rounded(float x, float y) {
     asm("{\n\t.reg .f32 r;\n\trcp.approx.ftz.f32 r, %2;\n\tmul.rn.ftz.f32 %0, %1, r;\n\t}"
         : "=f"(q) : "f"(x), "f"(y));
     return q;
-}
-
-// (v, i) is better than (best_v, best_i): larger, or equal and earlier (as logits_argmax)
-__device__ __forceinline__ bool better(float v, int i, float best_v, int best_i) {
-    return v > best_v || (v == best_v && i < best_i);
-}
-
-// best over the lanes `offset` apart for every offset from 16 down to `lowest` (a power of two)
-__device__ __forceinline__ void warp_best(float &best_v, int &best_i, int lowest) {
-#pragma unroll
-    for (int offset = 16; offset >= lowest; offset >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
-        const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
-        if (better(v, i, best_v, best_i)) { best_v = v; best_i = i; }
-    }
 }
 
 // best over the block's warps of input row n, from their bests in shared memory
@@ -859,7 +846,8 @@ bool wg_fits(int N, int K, int OC, const void *inp, const void *weight, const vo
            decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out, lnw, lnb, stats);
 }
 
-// the scratch: the LM head's counter (256 bytes), its per-block bests, then the plain calls'
+// the scratch: the LM head's counter (256 bytes), its per-block bests (at 9-64 rows on Hopper
+// the rows' best keys, decode_lm_head_sm90), then the plain calls'
 size_t logits_partials_bytes(int N) {
     return plain_align256((size_t)kLogitsBlocksPerSM * cuda_num_sms * N * (sizeof(float) + sizeof(int)));
 }
@@ -983,8 +971,15 @@ int decode_step_parts(int B, int C) {
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,
                      const floatX *lnw, const floatX *lnb, const floatX *wte, int N, int C, int V,
                      int Vp) {
+    PlainScratch s = plain_part(scratch, N, C);
+    if (decode_lm_head_sm90_fits(N, C, Vp, s.ln, wte, logits)) {   // 9-64 rows on Hopper
+        layernorm_forward(s.ln, s.mean, s.rstd, inp, lnw, lnb, N, C);
+        decode_lm_head_sm90(logits, argmax, (unsigned *)scratch,
+                            (unsigned long long *)((char *)scratch + 256), s.ln, wte, N, C, V, Vp);
+        return;
+    }
     if (!gemv_fits(N, C, inp, wte) || !is_aligned16(lnw) || !is_aligned16(lnb)) {
-        plain_lm_head(logits, argmax, plain_part(scratch, N, C), inp, lnw, lnb, wte, N, C, V, Vp);
+        plain_lm_head(logits, argmax, s, inp, lnw, lnb, wte, N, C, V, Vp);
         return;
     }
     const int max_blocks = kLogitsBlocksPerSM * cuda_num_sms;

@@ -324,12 +324,13 @@ static void test_fused_calls(unsigned long long *rng) {
     }
 
     // the LM head at GPT-2's vocabulary: logits against the plain layers', the argmax exact.
-    // --sanitize: 1 and 4 rows, the one-row and the tensor-core kernel, each block several tiles
-    // (the grid-stride loop, gemv_tc_kernel's two buffers of sums and the argmax's last block)
+    // --sanitize: 1, 4, 17 and 40 rows, the one-row, the tensor-core and (on Hopper) the wgmma kernel,
+    // each block several tiles (the grid-stride loop, gemv_tc_kernel's two buffers of sums, the
+    // wgmma kernel's ring around several times, the argmax's last block and its keys)
     int C = 768, V = 50257, Vp = 50304;
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         int N = rows[r];
-        if (sanitize_mode && N != 1 && N != 4) continue;
+        if (sanitize_mode && N != 1 && N != 4 && N != 17 && N != 40) continue;
         float *h = malloc((size_t)Vp * C * sizeof(float));
         float *got = malloc((size_t)N * Vp * sizeof(float)), *want = malloc((size_t)N * Vp * sizeof(float));
         floatX *inp = upload_random(h, (size_t)N * C, 2.0f, rng);
@@ -359,6 +360,15 @@ static void test_fused_calls(unsigned long long *rng) {
         matmul_forward(logits, ln, wte, NULL, N, C, Vp);
         floatX_download(want, logits, (size_t)N * Vp);
         CHECK_CLOSE(got, want, (size_t)N * Vp, 1e-2, "lm_head_forward's logits N=%d", N);
+        // ties everywhere: every row of wte the same, so every logit of a row is the same and
+        // the first index must win, across the blocks (the wgmma kernel's keys: the index's order)
+        for (size_t i = C; i < (size_t)Vp * C; i++) h[i] = h[i % C];
+        floatX_upload(wte, h, (size_t)Vp * C);
+        lm_head_forward(logits, am, scratch, inp, lnw, lnb, wte, N, C, V, Vp);
+        dev_download(got_am, am, N * sizeof(int));
+        int zeros = 1;
+        for (int n = 0; n < N; n++) zeros &= got_am[n] == 0;
+        CHECK(zeros, "lm_head_forward's argmax of equal logits is index 0, N=%d", N);
         dev_free(inp); dev_free(lnw); dev_free(lnb); dev_free(wte); dev_free(logits); dev_free(ln);
         dev_free(stats); dev_free(am); dev_free(scratch);
         free(h); free(got); free(want);
