@@ -5,8 +5,9 @@
 // against recomputing the whole sequence. Prints SKIP and passes where there is no GPU.
 // --sanitize: the decode attention's two kernels at two lengths each, the cache writes, the
 // argmax and the fused calls at a few shapes and row counts only (1, 4, 9, 16, 17, 64 rows:
-// gemv_kernel, gemv_tc_kernel, the wgmma kernel's three tile heights; the LM head at 1 and 4),
-// small enough for compute-sanitizer's racecheck and synccheck.
+// gemv_kernel, gemv_tc_kernel, the wgmma kernel's three tile heights; the LM head at 1, 4, 17
+// and 40), small enough for compute-sanitizer's racecheck and synccheck. Also infer_gpt2 (beside
+// this program's folder) with DECODE_PARTS out of range: a message and exit 1.
 //
 // Tolerances: attention_decode relative 1e-2 (its output is rounded to bf16, 2^-9 relative,
 // and the probabilities are fp32); cached against recomputed logits relative 2e-2 (the two
@@ -16,7 +17,10 @@
 // B = 1 over the seeds of four runs, so 1e-2 failed at random; 2e-2 is hf_parity.sh's bound for
 // the same bf16 logits, and a wrong attention or cache gives errors of order 1. Replaying the graph must give the same bits as launching kernel by kernel.
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../../gpt2.h"
 #include "../decode_reference.h"
@@ -474,6 +478,49 @@ static void test_cached_decoding(unsigned long long *rng) {
     gpt2_free(&m);
 }
 
+// DECODE_PARTS, read once when the first cache is made (decode_step_parts): a value that is not
+// a whole number from 1 to 4 stops infer_gpt2 at its start, naming it, with exit 1; one in range
+// runs. Through the program next to this one's folder (build/<variant>/infer_gpt2), as a user
+// runs it: the value is read once a process.
+static void test_decode_parts_flag(void) {
+    char exe[4096], cmd[8600], out[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    char *cut = len > 0 ? (exe[len] = '\0', strrchr(exe, '/')) : NULL;
+    for (int up = 0; up < 2 && cut; up++) {   // .../tests/gpu/test_infer_gpu -> ...
+        *cut = '\0';
+        cut = strrchr(exe, '/');
+    }
+    if (!cut) {
+        SKIP("DECODE_PARTS: this program's folder is unknown");
+        return;
+    }
+    *cut = '\0';
+    char infer[4200];
+    snprintf(infer, sizeof(infer), "%s/infer_gpt2", exe);
+    if (access(infer, X_OK) != 0) {
+        SKIP("DECODE_PARTS: no %s", infer);
+        return;
+    }
+    const char *values[] = {"0", "5", "x", "2x", "", "2"};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        const int ok = !strcmp(values[i], "2");
+        snprintf(cmd, sizeof(cmd), "DECODE_PARTS='%s' '%s' -c d12 --prompt-ids 1,2,3 -n 2 --ids --no-stop "
+                 "--temperature 0 -b 32 2>&1", values[i], infer);
+        FILE *p = popen(cmd, "r");
+        size_t n = p ? fread(out, 1, sizeof(out) - 1, p) : 0;
+        out[n] = '\0';
+        const int status = p ? pclose(p) : -1;
+        const int code = status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        char said[64];
+        snprintf(said, sizeof(said), "DECODE_PARTS=%s: the decode step's parts", values[i]);
+        if (ok)
+            CHECK(code == 0, "infer_gpt2 runs with DECODE_PARTS=%s (exit %d: %.200s)", values[i], code, out);
+        else
+            CHECK(code == 1 && strstr(out, said), "infer_gpt2 with DECODE_PARTS='%s' stops with exit 1 "
+                  "and says so (exit %d: %.200s)", values[i], code, out);
+    }
+}
+
 // usage: test_infer_gpu [--sanitize]
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -496,5 +543,6 @@ int main(int argc, char **argv) {
     test_argmax(&rng);
     test_fused_calls(&rng);
     if (!sanitize_mode) test_cached_decoding(&rng);
+    if (!sanitize_mode) test_decode_parts_flag();
     return test_summary();
 }
