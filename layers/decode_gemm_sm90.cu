@@ -390,7 +390,6 @@ void launch(const CUtensorMap &w_map, const CUtensorMap &x_map, const Args &a, i
 // the tile's rows: N rounded up to 16, 32 or 64 (wgmma's N; the X boxes' rows)
 int tile_rows(int N) { return N <= 16 ? 16 : N <= 32 ? 32 : 64; }
 
-
 // ---- the LM head: decode_lm_head_kernel ---------------------------------------------------------
 // logits (N, Vp) = x (N, K) wte^T rounded to bf16, and argmax (N) over the first V columns of
 // each row, at 9-64 rows (x: the final layernorm's output, from the layernorm kernel before).
@@ -418,8 +417,9 @@ int tile_rows(int N) { return N <= 16 ? 16 : N <= 32 ? 32 : 64; }
 // cuBLASLt's pace, whatever the boxes' size or the ring's depth (a form with wte loaded into
 // registers as wgmma's A operand was slower); the kernel takes 24.5-27 us alone at 16-64 rows, and
 // the step's LM head ends about 4 us sooner than the GEMM and the argmax kernel did (+1-3% tokens/s
-// at batch 9-64). The logits are the same bits as cuBLASLt's (both sum K in order on the tensor
-// cores); the argmax is the first argmax of the logits written, as logits_argmax's.
+// at batch 9-64). Its logits came out the same bits as cuBLASLt's at 9-64 rows (both sum K in
+// order on the tensor cores); the argmax is the first argmax of the logits written, as
+// logits_argmax's.
 constexpr int kHeadStages = 12;              // boxes of wte in flight a CTA: 96 KB, 12.7 MB on 132 SMs
 constexpr int kHeadRows = 64;                // the most rows it takes (X in shared memory beside the ring)
 constexpr int kHeadThreads = kThreads + 32;  // the consumer warpgroup and the producer warp
