@@ -41,8 +41,8 @@ PCRE2_LIBS ?= $(PCRE2_PREFIX)/lib/libpcre2-8.a
 CFLAGS = $(OPT) -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -MMD -MP $(PCRE2_CFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS = $(EXTRA_LDFLAGS)
 LDLIBS = -lm -lgomp
-# NVCC_ARCH: the target of device code; attention/flash_sm90.cu and layers/decode_gemm_sm90.cu
-# always get sm_90a (their rule below)
+# NVCC_ARCH: the target of device code; attention/flash_sm90.cu, layers/decode_gemm_sm90.cu and
+# layers/decode_qkv_attention_sm90.cu always get sm_90a (their rule below)
 NVCC_ARCH = -arch=$(CUDA_ARCH)
 NVCCFLAGS = -O3 $(NVCC_ARCH) --use_fast_math -std=c++17 -DBACKEND_CUDA -MMD -MP \
             -Xcompiler -Wall,-Wno-unused-parameter $(EXTRA_NVCCFLAGS)
@@ -160,8 +160,9 @@ $(CPU_REF_NAMES): $(CPU_REF_OBJ)
 	     $$1 ~ /^[A-Za-z_][A-Za-z0-9_]*$$/ { def = def "#define " $$1 " " $$2 "\n"; \
 	                                         undef = undef "#undef " $$1 "\n" } \
 	     END { printf "#ifndef CPU_REFERENCE_UNDEF\n%s#else\n%s#endif\n", def, undef }' $<.syms > $@
-# wgmma and setmaxnreg exist only for sm_90a (the -arch=sm_90a shorthand fails with nvcc 13.0)
-$(BUILD)/attention/flash_sm90.cu.o $(BUILD)/layers/decode_gemm_sm90.cu.o: NVCC_ARCH = -gencode=arch=compute_90a,code=sm_90a
+# wgmma and setmaxnreg exist only for sm_90a (the -arch=sm_90a shorthand fails with nvcc 13.0);
+# clusters from sm_90, which a CUDA_ARCH of sm_80 would not give
+$(BUILD)/attention/flash_sm90.cu.o $(BUILD)/layers/decode_gemm_sm90.cu.o $(BUILD)/layers/decode_qkv_attention_sm90.cu.o: NVCC_ARCH = -gencode=arch=compute_90a,code=sm_90a
 # the flash backend is both files: its prefixed object (the tests' and benchmarks' copy) joins them
 $(BUILD)/prefixed/attention/flash.cu.o: $(BUILD)/attention/flash_sm90.cu.o
 

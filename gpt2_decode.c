@@ -10,7 +10,9 @@
 //                wants), attention projection + residual, layernorm + FC + GELU, FC projection
 //                + residual; then the final layernorm + LM head + argmax. On CUDA at a few
 //                rows each is one kernel (fused.cu, decode_attention.cu), 5 a layer where the
-//                plain layers took 12; with more rows they are the plain layers. From 18
+//                plain layers took 12, and at one row on Hopper 4 (layernorm, QKV and the
+//                attention in one: decode_qkv_attention_sm90.cu); with more rows they are the
+//                plain layers or Hopper's wgmma kernels (decode_gemm_sm90.cu). From 18
 //                rows on Hopper the layers run as two to four parts of the batch at once
 //                (decode_step_parts), all but the first on branch streams.
 // Like gpt2.c, it calls only layers/ and never knows the backend. The decode step reads its
@@ -156,11 +158,10 @@ static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
         LayerParams w = gpt2_layer_params(&p, C, l);
         floatX *k = d->k + l * layer_stride + kv0, *v = d->v + l * layer_stride + kv0;
         // attention block: x += attproj(attention(qkv(ln1(x))))
-        layernorm_matmul_forward(qkv, scratch, x, w.ln1w, w.ln1b, w.qkvw, w.qkvb, N, C, 3 * C, 0,
-                                 stats);
-        stats = attention_matmul_residual_step(x, atty, rows.att_scratch, scratch, qkv, k, v, pos,
-                                               w.attprojw, w.attprojb, N, d->maxT, d->NH, d->HS,
-                                               rows.x_stats) ? rows.x_stats : NULL;
+        layernorm_qkv_attention_step(atty, qkv, rows.att_scratch, scratch, x, w.ln1w, w.ln1b,
+                                     w.qkvw, w.qkvb, k, v, pos, N, d->maxT, d->NH, d->HS, stats);
+        stats = matmul_residual_forward(x, scratch, atty, w.attprojw, w.attprojb, N, C, C,
+                                        rows.x_stats) ? rows.x_stats : NULL;
         // MLP block: x += fcproj(gelu(fc(ln2(x))))
         layernorm_matmul_forward(fch_gelu, scratch, x, w.ln2w, w.ln2b, w.fcw, w.fcb, N, C, 4 * C,
                                  1, stats);

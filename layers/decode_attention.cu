@@ -8,12 +8,11 @@
 // partial result is (m = max score, l = sum 2^(score - m), acc = sum 2^(score - m) v_s). The
 // last block of a head to finish (a counter per head in the scratch elects it) combines them:
 // M = max m_i, L = sum l_i 2^(m_i - M), out = sum acc_i 2^(m_i - M) / L, over the splits that
-// hold positions (combine_splits, decode_attention.cuh); a length that fits in one split is
+// hold positions (combine_splits); a length that fits in one split is
 // written by its block directly. One kernel, not a split kernel and a combine kernel: at batch
-// 1 every kernel boundary costs more than the combine's work. In the decode step at batch 1
-// even that combine goes: attention_decode_step_records leaves every split's record, and the
-// output projection's GEMV combines them as it reads its input (fused.cu,
-// attention_matmul_residual_step), so no block waits for a count or a second round trip.
+// 1 every kernel boundary costs more than the combine's work. (In the decode step at batch 1 on
+// Hopper neither runs: decode_qkv_attention_sm90.cu computes a head's q, k, v and its attention
+// in one cluster of CTAs.)
 // Inside a block, a group of G = HS/8 (rounded up to a power of two) lanes handles a cache row,
 // each lane 8 channels through one 16-byte load of k and one of v, ROWS rows per round with
 // all their loads in flight together; each group keeps its own (m, l, acc), merged at the end
@@ -34,10 +33,57 @@
 
 #include "../attention/flash_tile.cuh"   // kLog2e, SoftmaxRow: the attention kernels' vocabulary
 #include "../runtime/cuda_common.cuh"
-#include "decode_attention.cuh"
 #include "layers.h"
 
 namespace {
+
+// A record per split: acc (HS floats, sum of 2^(score - m) v over the split's positions), then
+// m (the split's largest score, exp2 domain) and l (sum of 2^(score - m)), padded to HS + 4
+// floats so that every record starts 16-byte aligned. Records of head (b, h): splits of them
+// at records + ((b * NH + h) * splits) * record_floats(HS); the first `used` hold positions.
+__host__ __device__ constexpr int record_floats(int HS) { return HS + 4; }
+
+// splits of a head that hold positions, for a cache of len positions
+__device__ __forceinline__ int used_splits(int len, int split_len) {
+    return (len + split_len - 1) / split_len;
+}
+
+// The attention output at channel e of the head whose first record is `head`, from its `used`
+// records: (M, L, sum) merged as the online softmax merges rows, 8 records at a time with all
+// their loads in flight (one L2 round trip per 8 splits). The records' m are finite (a used
+// split holds a position), so M is finite after the first chunk.
+__device__ __forceinline__ float combine_splits(const float *head, int used, int HS, int e) {
+    constexpr int kChunk = 8;
+    const int stride = record_floats(HS);
+    float M = -INFINITY, L = 0.0f, sum = 0.0f;
+    SoftmaxRow merged{M, L};
+    for (int i0 = 0; i0 < used; i0 += kChunk) {
+        float m_i[kChunk], l_i[kChunk], acc_i[kChunk];
+#pragma unroll
+        for (int j = 0; j < kChunk; j++) {
+            const float *r = head + (size_t)(i0 + j) * stride;
+            const bool in = i0 + j < used;
+            float2 ml = make_float2(-INFINITY, 0.0f);
+            if (in) ml = __ldcg(reinterpret_cast<const float2 *>(r + HS));
+            m_i[j] = ml.x;
+            l_i[j] = ml.y;
+            acc_i[j] = in ? __ldcg(r + e) : 0.0f;
+        }
+        float m_new = M;
+#pragma unroll
+        for (int j = 0; j < kChunk; j++) m_new = fmaxf(m_new, m_i[j]);
+        const float correction = merged.update(m_new);   // 0 at the first chunk
+        L *= correction;
+        sum *= correction;
+#pragma unroll
+        for (int j = 0; j < kChunk; j++) {
+            const float w_j = exp2f(m_i[j] - m_new);   // 0 past `used`
+            L += l_i[j] * w_j;
+            sum += acc_i[j] * w_j;
+        }
+    }
+    return sum / L;
+}
 
 constexpr int kSplitThreads = 128;
 constexpr int kMinSplitKeys = 64;    // positions per split at least: one round at HS = 64
@@ -55,7 +101,7 @@ constexpr int kBlocksPerSM = DECODE_BLOCKS_PER_SM;
 
 struct DecodeArgs {
     bf16 *out;                        // (B, NH, HS)
-    float *partial;                   // (B, NH, splits, record_floats(HS)): decode_attention.cuh
+    float *partial;                   // (B, NH, splits, record_floats(HS)): the records above
     unsigned *counters;               // (B, NH): splits done, reset to 0 by the combining block
     const bf16 *q;                    // row b at q + b * q_stride
     bf16 *kcache, *vcache;            // (B, NH, maxT, HS)
@@ -63,7 +109,6 @@ struct DecodeArgs {
     const int *pos_dev;               // the step's position (len = pos + 1), or null: len_host
     int len_host, q_stride, maxT, NH, HS, split_len, splits;
     float scale_log2;
-    bool records_only;                // every split leaves its record, nobody combines them
 };
 
 // G lanes per cache row, 8 channels each; ROWS cache rows per group per round, loaded at once.
@@ -237,7 +282,7 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
     const size_t bh = (size_t)b * a.NH + h;
     bf16 *out = a.out + bh * HS;
     const int used = used_splits(len, a.split_len);   // splits that hold positions
-    if (used == 1 && !a.records_only) {   // the whole length in this block: out, no combine
+    if (used == 1) {   // the whole length in this block: out, no combine
         const float inv_l = 1.0f / block_sum;
         for (int e = threadIdx.x; e < HS; e += kSplitThreads)
             out[e] = __float2bfloat16_rn(block_acc(e) * inv_l);
@@ -250,8 +295,6 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
         record[HS] = block_max;
         record[HS + 1] = block_sum;
     }
-    if (a.records_only) return;   // the next kernel combines them (after its pdl_wait)
-
     // The last of the head's used splits to get here combines (runtime/cuda_common.cuh's
     // last-block pattern), reading the others' records through L2 (they were written on other
     // SMs).
@@ -262,11 +305,8 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
     }
     __syncthreads();
     if (!combines) return;
-    for (int e = threadIdx.x; e < HS; e += kSplitThreads) {
-        float o[1];
-        combine_splits<1>(o, records, used, HS, e);
-        out[e] = __float2bfloat16_rn(o[0]);
-    }
+    for (int e = threadIdx.x; e < HS; e += kSplitThreads)
+        out[e] = __float2bfloat16_rn(combine_splits(records, used, HS, e));
 }
 
 // the most splits of a span for B*NH heads: enough blocks to cover the SMs kBlocksPerSM
@@ -298,7 +338,7 @@ void launch_groups(dim3 grid, int groups, const DecodeArgs &a) {
 }
 
 // a's q, caches, new row and length filled in by the caller; the layout, scratch and launch here
-DecodeArgs decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
+void decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
     const int HS = a.HS, NH = a.NH;
     if (HS % 8 != 0 || HS > 256 || !is_aligned16(a.q) || !is_aligned16(a.kcache) ||
         !is_aligned16(a.vcache) || a.q_stride % 8 != 0)
@@ -314,7 +354,6 @@ DecodeArgs decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
     if (a.splits == 1) launch_groups<2>(grid, groups, a);
     else launch_groups<4>(grid, groups, a);
     LAUNCH_CHECK();
-    return a;
 }
 
 // kcache, vcache position pos + t of sequence b = k, v of qkv row (b, t); one thread per VEC
@@ -384,15 +423,6 @@ static DecodeArgs step_args(const floatX *qkv, floatX *kcache, floatX *vcache, c
 void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
                            floatX *vcache, const int *pos, int B, int maxT, int NH, int HS) {
     decode(step_args(qkv, kcache, vcache, pos, maxT, NH, HS), out, scratch, maxT, B);
-}
-
-DecodeRecords attention_decode_step_records(void *scratch, const floatX *qkv, floatX *kcache,
-                                            floatX *vcache, const int *pos, int B, int maxT,
-                                            int NH, int HS) {
-    DecodeArgs a = step_args(qkv, kcache, vcache, pos, maxT, NH, HS);
-    a.records_only = true;
-    a = decode(a, NULL, scratch, maxT, B);
-    return DecodeRecords{a.partial, pos, a.split_len, a.splits, NH, HS};
 }
 
 void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int *pos, int B,

@@ -19,15 +19,15 @@ int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
     return 0;
 }
 
-int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
-                                   void *scratch, const floatX *qkv, floatX *kcache,
-                                   floatX *vcache, const int *pos, const floatX *weight,
-                                   const floatX *bias, int B, int maxT, int NH, int HS,
-                                   float *stats) {
+void layernorm_qkv_attention_step(floatX *att, floatX *qkv, void *att_scratch, void *scratch,
+                                  const floatX *inp, const floatX *lnw, const floatX *lnb,
+                                  const floatX *weight, const floatX *bias, floatX *kcache,
+                                  floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
+                                  const float *stats) {
     const int C = NH * HS;
+    plain_layernorm_matmul(qkv, plain_scratch(scratch, B, C), inp, lnw, lnb, weight, bias, B, C,
+                           3 * C, 0);
     attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
-    plain_matmul_residual(residual, plain_scratch(scratch, B, C), att, weight, bias, B, C, C);
-    return 0;
 }
 
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,

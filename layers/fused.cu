@@ -30,10 +30,8 @@
 // layers round it; only the matmul's summation order differs from cuBLASLt's (and between the
 // one-row and the tensor-core kernels).
 //
-// The attention's output projection (attention_matmul_residual_step) at one row stages its
-// input from the decode attention's split records (decode_attention.cuh), combining them on
-// the way: the attention then ends with its records, with no count across its blocks and no
-// combine.
+// At one row on Hopper a layer's first call, layernorm + QKV + the attention, is one kernel of
+// its own (layernorm_qkv_attention_step: decode_qkv_attention_sm90.cu, a cluster of CTAs a head).
 //
 // The LM head (Vp = 50304 rows of wte) is the same kernel with a grid-stride loop over row
 // tiles; greedy decoding's argmax rides in its epilogue: each block keeps the best (value,
@@ -47,10 +45,11 @@
 #include "../attention/flash_tile.cuh"   // mma_bf16: its PTX, written once
 #include "../runtime/cuda_common.cuh"
 #include "argmax.cuh"
-#include "decode_attention.cuh"
+#include "decode_qkv_attention_sm90.h"
 #include "decode_gemm_sm90.h"
 #include "fused_plain.h"
 #include "gelu.cuh"
+#include "gemv.cuh"
 #include "layers.h"
 
 namespace {
@@ -65,15 +64,12 @@ constexpr int kMaxK = 32 * 8 * 12;         // 3072: the largest K of one pass (K
 constexpr int kLogitsBlocksPerSM = 3;
 
 enum Epilogue { kBias, kBiasGelu, kBiasResidual, kLogits };
-// where the input rows come from: inp as it is, inp layer-normed, or the decode attention's
-// split records (combined while staged)
-enum Input { kInput, kLayernorm, kAttention };
+// where the input rows come from: inp as it is, or inp layer-normed
+enum Input { kInput, kLayernorm };
 
 struct GemvArgs {
     bf16 *out;                 // (N, OC); for kBiasResidual the residual, added to in place
-    const bf16 *inp;           // (N, K), or null: the attention's split records, below
-    DecodeRecords att;         // attention_matmul_residual_step: inp (N, K = NH * HS) combined
-                               // from the decode attention's records while staged
+    const bf16 *inp;           // (N, K)
     const bf16 *lnw, *lnb;     // (K): the layernorm of inp, for the LN kernels
     const bf16 *weight;        // (OC, K)
     const bf16 *bias;          // (OC); null for kLogits
@@ -107,15 +103,6 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 }
 #endif
 
-// x / y as --use_fast_math compiles it (div.approx: x times the approximate 1 / y), its product
-// rounded by an explicit mul.rn, which ptxas does not contract into a following add
-__device__ __forceinline__ float div_approx_rounded(float x, float y) {
-    float q;
-    asm("{\n\t.reg .f32 r;\n\trcp.approx.ftz.f32 r, %2;\n\tmul.rn.ftz.f32 %0, %1, r;\n\t}"
-        : "=f"(q) : "f"(x), "f"(y));
-    return q;
-}
-
 // best over the block's warps of input row n, from their bests in shared memory
 template <int NR>
 __device__ __forceinline__ void block_best(float &best_v, int &best_i, const float (*warp_v)[NR],
@@ -124,31 +111,6 @@ __device__ __forceinline__ void block_best(float &best_v, int &best_i, const flo
     best_i = warp_i[0][n];
     for (int k = 1; k < kWarps; k++)
         if (better(warp_v[k][n], warp_i[k][n], best_v, best_i)) { best_v = warp_v[k][n]; best_i = warp_i[k][n]; }
-}
-
-// The sums over the warp's 32 lanes of a lane's V values (V a power of two, at most 32), by a
-// butterfly that gives half of its values away at each of its first log2(V) steps: at offset
-// 16 the lanes with bit 16 keep the upper half (plus their partner's copy of it) and send the
-// lower half, and so on down; the last 5 - log2(V) steps sum a single value. Afterwards lane l
-// holds the warp's sum of value l / (32 / V). V - 1 + 5 - log2(V) shuffles in all.
-template <int V>
-__device__ __forceinline__ float warp_reduce_scatter(float (&v)[V], int lane) {
-    static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0, "a power of two up to 32");
-#pragma unroll
-    for (int step = 0; step < 5; step++) {
-        const int offset = 16 >> step, half = V >> (step + 1);
-        if (half >= 1) {
-            const bool upper = lane & offset;
-#pragma unroll
-            for (int i = 0; i < half; i++) {
-                const float send = upper ? v[i] : v[i + half];
-                v[i] = (upper ? v[i + half] : v[i]) + __shfl_xor_sync(0xffffffffu, send, offset);
-            }
-        } else {
-            v[0] += __shfl_xor_sync(0xffffffffu, v[0], offset);
-        }
-    }
-    return v[0];
 }
 
 // ---- the input rows, as gemv_tc_kernel stages them -----------------------------------------------
@@ -176,8 +138,7 @@ __device__ __forceinline__ void load_ln_weights(int4 (&lnw)[KC], int4 (&lnb)[KC]
 // The N input rows (inp) into shared memory, xs (N, K/8), after the wait (through L2: the kernel
 // before just wrote them). A thread's chunks go in batches of BATCH, every load of a batch issued
 // before its first store: a plain strided loop issued one dependent round trip after another
-// (docs/PERF.md, fourteenth session, call 1). (The attention's split records are combined at one
-// row only, by gemv_kernel: attention_matmul_residual_step.)
+// (docs/PERF.md, fourteenth session, call 1).
 template <int BATCH>
 __device__ __forceinline__ void stage_rows(int4 *xs, const GemvArgs &a, int N, int nchunks) {
     const int total = N * nchunks, threads = blockDim.x;
@@ -197,54 +158,12 @@ __device__ __forceinline__ void stage_rows(int4 *xs, const GemvArgs &a, int N, i
     }
 }
 
-// Warp n of `warps` layer-norms staged row n in place, as layernorm_forward_kernel computes it
-// (the same bits); lane l takes the row's chunks c = j * 32 + l.
+// Warp n of `warps` layer-norms staged row n in place (layernorm_row, gemv.cuh)
 template <int KC>
 __device__ __forceinline__ void layernorm_rows(int4 *xs, const GemvArgs &a, int N, int nchunks,
                                                const int4 (&lnw)[KC], const int4 (&lnb)[KC], int warps) {
-    constexpr bool kEarly = KC <= 3;   // load_ln_weights loaded them
-    const int lane = threadIdx.x % 32;
-    for (int n = threadIdx.x / 32; n < N; n += warps) {
-        int4 *x = xs + n * nchunks;
-        auto each_value = [&](auto f) {   // this lane's values of the row, in order
-#pragma unroll
-            for (int j = 0; j < KC; j++) {
-                const int c = j * 32 + lane;
-                if (c >= nchunks) break;
-                float xv[8];
-                unpack_bf16<8>(xv, x[c]);
-#pragma unroll
-                for (int k = 0; k < 8; k++) f(xv[k]);
-            }
-        };
-        float sum = 0.0f;
-        each_value([&](float v) { sum += v; });
-        // the mean rounded once on its own (mul.rn cannot be contracted): in straight-line code
-        // (FULL) ptxas folded m's product into each x - m (one FFMA for two roundings), which
-        // changed the row's values; so the layernorm's SASS keeps the operations it had before
-        // FULL (docs/PERF.md, thirteenth session)
-        const float m = div_approx_rounded(warp_allreduce_sum(sum), (float)a.K);
-        float sumsq = 0.0f;
-        each_value([&](float v) { sumsq += (v - m) * (v - m); });
-        const float s = rsqrtf(warp_allreduce_sum(sumsq) / a.K + LAYERNORM_EPS);
-#pragma unroll
-        for (int j = 0; j < KC; j++) {
-            const int c = j * 32 + lane;
-            if (c >= nchunks) break;
-            float xv[8], wv[8], bv[8], y[8];
-            unpack_bf16<8>(xv, x[c]);
-            if (kEarly) {
-                unpack_bf16<8>(wv, lnw[j]);
-                unpack_bf16<8>(bv, lnb[j]);
-            } else {
-                load_bf16<8>(wv, a.lnw + c * 8);
-                load_bf16<8>(bv, a.lnb + c * 8);
-            }
-#pragma unroll
-            for (int k = 0; k < 8; k++) y[k] = (xv[k] - m) * s * wv[k] + bv[k];
-            store_bf16<8>(reinterpret_cast<bf16 *>(&x[c]), y);
-        }
-    }
+    for (int n = threadIdx.x / 32; n < N; n += warps)   // load_ln_weights loaded them at KC <= 3
+        layernorm_row<KC, (KC <= 3)>(xs + n * nchunks, a.lnw, a.lnb, a.K, nchunks, lnw, lnb, threadIdx.x % 32);
 }
 
 // the epilogue of output (input row n, channel row) with its matmul sum v; kLogits also keeps the
@@ -374,18 +293,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
             lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
         }
     }
-    // the attention's splits that hold positions: the position was written before the kernel
-    // before this one started (as the attention reads it), so it loads with the weights
-    const int used = IN == kAttention ? used_splits(*a.att.pos + 1, a.att.split_len) : 0;
     pdl_launch_dependents();
     pdl_wait();
     TRACE_STAMP(1);
 
-    // ---- the input rows into shared memory (through L2: the kernel before just wrote them)
-    if constexpr (IN != kAttention) {
-        // a thread's chunks loaded in batches of up to 6, all of a batch in flight before its
-        // first store: at K = 3,072 a thread stages 3 chunks a row, which a plain strided loop
-        // issued as 3 dependent round trips (1.02 us against 0.44 at K = 768, docs/PERF.md)
+    // ---- the input rows into shared memory (through L2: the kernel before just wrote them): a
+    // thread's chunks loaded in batches of up to 6, all of a batch in flight before its first
+    // store: at K = 3,072 a thread stages 3 chunks a row, which a plain strided loop issued as 3
+    // dependent round trips (1.02 us against 0.44 at K = 768, docs/PERF.md)
+    {
         constexpr int kSteps = (NR * KC * 32 + kThreads - 1) / kThreads, kBatch = kSteps < 6 ? kSteps : 6;
         const int total = N * nchunks;
         const int4 *src = reinterpret_cast<const int4 *>(a.inp);
@@ -401,16 +317,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
                 const int i = threadIdx.x + (s0 + b) * kThreads;
                 if (i < total) xs[i] = v[b];
             }
-        }
-    } else {   // the attention's output, combined from its splits' records, rounded as it rounds
-        const DecodeRecords &r = a.att;
-        for (int i = threadIdx.x; i < N * nchunks; i += kThreads) {
-            const int n = i / nchunks, channel = (i % nchunks) * 8;
-            const int h = channel / r.HS;
-            float v[8];
-            combine_splits<8>(v, r.records + (size_t)(n * r.NH + h) * r.splits * record_floats(r.HS),
-                              used, r.HS, channel % r.HS);
-            store_bf16<8>(reinterpret_cast<bf16 *>(&xs[i]), v);
         }
     }
     __syncthreads();
@@ -760,16 +666,13 @@ template <int KC>
 void launch_gemv(const GemvArgs &a, int in, int max_blocks) {
     const bool tc = a.N > 1, full = a.K == KC * 256;
     void (*kernel)(GemvArgs);
-    if (tc && in == kAttention)   // attention_matmul_residual_step takes this path at one row only
-        die("fused.cu: the attention's split records are combined at one row, not %d", a.N);
     if (tc)
         kernel = in == kLayernorm ? (full ? gemv_tc_kernel<KC, kLayernorm, true> : gemv_tc_kernel<KC, kLayernorm, false>)
                                   : (full ? gemv_tc_kernel<KC, kInput, true> : gemv_tc_kernel<KC, kInput, false>);
     else
-        kernel = in == kLayernorm  ? (full ? gemv_kernel<KC, kLayernorm, true> : gemv_kernel<KC, kLayernorm, false>)
-                 : in == kAttention ? (full ? gemv_kernel<KC, kAttention, true> : gemv_kernel<KC, kAttention, false>)
-                                    : (full ? gemv_kernel<KC, kInput, true> : gemv_kernel<KC, kInput, false>);
-    static bool asked[2][3][2] = {};
+        kernel = in == kLayernorm ? (full ? gemv_kernel<KC, kLayernorm, true> : gemv_kernel<KC, kLayernorm, false>)
+                                  : (full ? gemv_kernel<KC, kInput, true> : gemv_kernel<KC, kInput, false>);
+    static bool asked[2][2][2] = {};
     if (!asked[tc][in][full]) {
         const size_t max_smem = FUSED_MAX_ROWS * kMaxK * sizeof(bf16) + (tc ? 2 * 8 * 32 * sizeof(float2) : 0);
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem));
@@ -832,7 +735,7 @@ void gemv(const GemvArgs &a, int max_blocks) {
     static bool registered = false;
     if (!registered) registered = atexit(trace_dump) == 0;
 #endif
-    const int in = a.lnw ? kLayernorm : a.inp ? kInput : kAttention;
+    const int in = a.lnw ? kLayernorm : kInput;
     if (a.K <= 32 * 8 * 3) launch_gemv<3>(a, in, max_blocks);
     else launch_gemv<12>(a, in, max_blocks);
     LAUNCH_CHECK();
@@ -900,29 +803,19 @@ int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
     return 0;
 }
 
-int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
-                                   void *scratch, const floatX *qkv, floatX *kcache,
-                                   floatX *vcache, const int *pos, const floatX *weight,
-                                   const floatX *bias, int B, int maxT, int NH, int HS,
-                                   float *stats) {
+void layernorm_qkv_attention_step(floatX *att, floatX *qkv, void *att_scratch, void *scratch,
+                                  const floatX *inp, const floatX *lnw, const floatX *lnb,
+                                  const floatX *weight, const floatX *bias, floatX *kcache,
+                                  floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
+                                  const float *stats) {
     const int C = NH * HS;
-    // At one row only: each thread then stages one chunk of 8 channels, one combine. At 4 and 8
-    // rows it stages 3-6 chunks one after another, and the step measured 3-7% slower than with
-    // the attention combining its own splits (docs/PERF.md).
-    if (B != 1 || !gemv_fits(B, C, qkv, weight)) {
-        attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
-        if (wg_fits(B, C, C, att, weight, bias, residual)) {
-            if (!decode_gemm_sm90_folds_layernorm(B)) stats = NULL;
-            decode_gemm_sm90(residual, att, NULL, NULL, NULL, weight, bias, B, C, C, 0, 1, stats);
-            return stats != NULL;
-        }
-        plain_matmul_residual(residual, plain_part(scratch, B, C), att, weight, bias, B, C, C);
-        return 0;
+    if (fused_enabled() && decode_qkv_attention_sm90_fits(B, C, NH, HS, att, inp, lnw, lnb, weight, bias,
+                                                          kcache, vcache)) {
+        decode_qkv_attention_sm90(att, inp, lnw, lnb, weight, bias, kcache, vcache, pos, C, maxT, NH);
+        return;
     }
-    GemvArgs a = gemv_args(residual, NULL, NULL, NULL, weight, bias, B, C, C, kBiasResidual);
-    a.att = attention_decode_step_records(att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
-    gemv(a, 1 << 30);
-    return 0;
+    layernorm_matmul_forward(qkv, scratch, inp, lnw, lnb, weight, bias, B, C, 3 * C, 0, stats);
+    attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
 }
 
 // rows [i * B / parts, (i + 1) * B / parts) are part i: parts of B / parts rows or one more

@@ -208,18 +208,19 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
 int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
                             const floatX *weight, const floatX *bias, int N, int C, int OC,
                             float *stats);
-// The decode step's attention and its output projection: att = attention_decode_step(qkv,
-// kcache, vcache, pos) as above, then residual (B, C) += att @ weight^T + bias as
-// matmul_residual_forward, C = NH * HS. On CUDA at B = 1 the attention's splits leave their
-// partial results in att_scratch and the projection's GEMV combines them as it reads its
-// input: att is not written, and the attention needs no combine of its own.
-// att_scratch: attention_decode_scratch_size bytes; scratch: fused_scratch_size(B, C, C).
-// Returns 1 where it left residual's row statistics in stats, as matmul_residual_forward.
-int attention_matmul_residual_step(floatX *residual, floatX *att, void *att_scratch,
-                                   void *scratch, const floatX *qkv, floatX *kcache,
-                                   floatX *vcache, const int *pos, const floatX *weight,
-                                   const floatX *bias, int B, int maxT, int NH, int HS,
-                                   float *stats);
+// The decode step's layernorm, QKV and attention: qkv (B, 3C) = layernorm(inp) @ weight^T + bias
+// as layernorm_matmul_forward (gelu 0), then att (B, C) = attention_decode_step(qkv, kcache,
+// vcache, pos) as above, C = NH * HS. On CUDA at B = 1 on Hopper (head size 64, C <= 1,792) it is
+// one kernel, each head a cluster of CTAs that computes its q, k and v, exchanges them in the
+// cluster's shared memory and attends (decode_qkv_attention_sm90.cu): then qkv is not written,
+// and att_scratch is not used. inp (B, C), lnw, lnb (C), weight (3C, C), bias (3C); stats as
+// layernorm_matmul_forward's; att_scratch: attention_decode_scratch_size bytes, scratch:
+// fused_scratch_size(B, C, 3C).
+void layernorm_qkv_attention_step(floatX *att, floatX *qkv, void *att_scratch, void *scratch,
+                                  const floatX *inp, const floatX *lnw, const floatX *lnb,
+                                  const floatX *weight, const floatX *bias, floatX *kcache,
+                                  floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
+                                  const float *stats);
 // How many parts of the batch the decode step's layers at B rows run as at once (gpt2_decode.c):
 // part 0, the first B / parts rows, on the main stream and each other on a branch
 // (dev_branch_begin), so that one part's attention streams the cache while another's matmuls

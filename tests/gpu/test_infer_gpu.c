@@ -54,9 +54,13 @@ static void test_attention_decode(unsigned long long *rng) {
     // 16 and 64) and one past them, lengths that are multiples of nothing, the whole cache
     // (B * NH >= 2 x 132 SMs puts each head in one block: the one-split kernel, at four head
     // sizes)
+    // (layernorm_qkv_attention_step at one row on Hopper, head size 64: one kernel, a cluster a
+    // head, at C = 768 (shape 0), 1,024 and 1,280, its three weight widths, and 256, a small
+    // model's; elsewhere the QKV matmul and attention_decode_step)
     int shapes[][4] = {{1, 1024, 12, 64}, {4, 128, 4, 64}, {64, 512, 12, 64}, {2, 5000, 2, 128},
                        {3, 40, 2, 32}, {1, 300, 3, 80}, {1, 100, 2, 256}, {2, 70, 5, 8},
-                       {24, 200, 24, 128}, {48, 130, 12, 80}, {96, 70, 6, 8}, {4, 1024, 12, 64}};
+                       {24, 200, 24, 128}, {48, 130, 12, 80}, {96, 70, 6, 8}, {4, 1024, 12, 64},
+                       {1, 2048, 16, 64}, {1, 700, 20, 64}, {1, 5000, 4, 64}};
     // --sanitize: the split kernel at one row and the one-split kernel (shapes 0 and 2), two
     // lengths each
     int sanitize_shapes[] = {0, 2};
@@ -82,20 +86,23 @@ static void test_attention_decode(unsigned long long *rng) {
         float *qkv = malloc((size_t)B * 3 * C * sizeof(float)), *kc2 = malloc(cache * sizeof(float));
         floatX *dqkv = dev_malloc((size_t)B * 3 * C * sizeof(floatX), "qkv");
         floatX *dk2 = dev_malloc(cache * sizeof(floatX), "k2"), *dv2 = dev_malloc(cache * sizeof(floatX), "v2");
-        // attention_matmul_residual_step's projection: weight (C, C), bias (C), residual (B, C)
-        // (hw also holds the residual, B x C, where B > C)
-        size_t hw_floats = (size_t)C * (B > C ? B : C);
-        float *hw = malloc(hw_floats * sizeof(float)), *got = malloc(B * C * sizeof(float));
-        float *want = malloc(B * C * sizeof(float));
-        test_fill(hw, (size_t)C * C, 0.05f, rng);
-        floatX *dw = upload_rounded(hw, (size_t)C * C);
-        test_fill(hw, C, 0.5f, rng);
-        floatX *dbias = upload_rounded(hw, C);
+        // layernorm_qkv_attention_step's input x (B, C), layernorm (C) and QKV matmul: weight
+        // (3C, C), bias (3C); the plain layers' qkv (B, 3C) and their k, v rows (B, NH, HS)
+        float *hw = malloc((size_t)3 * C * C * sizeof(float)), *got = malloc(B * C * sizeof(float));
+        float *want = malloc((size_t)B * 3 * C * sizeof(float)), *row = malloc(B * C * sizeof(float));
+        float *want_row = malloc(B * C * sizeof(float));
+        test_fill(hw, (size_t)3 * C * C, 0.05f, rng);
+        floatX *dw = upload_rounded(hw, (size_t)3 * C * C);
+        test_fill(hw, 3 * C, 0.5f, rng);
+        floatX *dbias = upload_rounded(hw, 3 * C);
         test_fill(hw, (size_t)B * C, 1.0f, rng);
-        floatX *dres = upload_rounded(hw, (size_t)B * C);
-        floatX *dpre = dev_malloc(B * C * sizeof(floatX), "pre"), *dgot = dev_malloc(B * C * sizeof(floatX), "got");
+        floatX *dx = upload_rounded(hw, (size_t)B * C);
+        test_fill(hw, 2 * C, 1.0f, rng);
+        floatX *dlnw = upload_rounded(hw, C), *dlnb = upload_rounded(hw + C, C);
+        floatX *dln = dev_malloc(B * C * sizeof(floatX), "ln"), *dqkv2 = dev_malloc((size_t)B * 3 * C * sizeof(floatX), "qkv2");
+        float *dstats = dev_malloc(2 * B * sizeof(float), "ln stats");
         floatX *datt = dev_malloc(B * C * sizeof(floatX), "att");
-        size_t fused_bytes = fused_scratch_size(B, C, C);
+        size_t fused_bytes = fused_scratch_size(B, C, 3 * C);
         void *dfused = dev_malloc(fused_bytes, "fused scratch");
         dev_memset_zero(dfused, fused_bytes);
         // (177 and 353 also put the new row where a round of the split before reaches past
@@ -157,21 +164,52 @@ static void test_attention_decode(unsigned long long *rng) {
                   (int)(bad / ((size_t)NH * maxT * HS)), (int)(bad / ((size_t)maxT * HS) % NH),
                   (int)(bad / HS % maxT), (int)(bad % HS), bad < cache ? kc2[bad] : 0.0f,
                   bad < cache ? (which[0] == 'k' ? kc : vc)[bad] : 0.0f);
-            // attention_matmul_residual_step (at B = 1 the projection's GEMV combines the
-            // attention's split records) against attention_decode_step's output
-            // through the plain matmul and residual add; the cache row it writes is the same
-            matmul_forward(dpre, dout, dw, dbias, B, C, C);
-            residual_forward(dgot, dres, dpre, (size_t)B * C);
-            floatX_download(want, dgot, B * C);
-            dev_copy(dgot, dres, (size_t)B * C * sizeof(floatX));
-            attention_matmul_residual_step(dgot, datt, dscratch, dfused, dqkv, dk2, dv2, dlen, dw, dbias,
-                                           B, maxT, NH, HS, NULL);
-            floatX_download(got, dgot, B * C);
-            CHECK_CLOSE(got, want, (size_t)B * C, 1e-2, "attention_matmul_residual_step B=%d len=%d maxT=%d NH=%d HS=%d",
+            // layernorm_qkv_attention_step against the plain layers: layernorm, the QKV matmul,
+            // then attention_decode_step as above; the caches as it left them but for the new
+            // position, whose k and v are the plain matmul's within its rounding
+            layernorm_forward(dln, dstats, dstats + B, dx, dlnw, dlnb, B, C);
+            matmul_forward(dqkv2, dln, dw, dbias, B, C, 3 * C);
+            floatX_download(want, dqkv2, (size_t)B * 3 * C);
+            attention_decode_step(dout, dscratch, dqkv2, dk2, dv2, dlen, B, maxT, NH, HS);
+            floatX_download(o, dout, B * C);
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < NH; h++) {
+                    poison(dk2 + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
+                    poison(dv2 + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
+                }
+            poison(datt, B * C);
+            poison(dqkv, (size_t)B * 3 * C);
+            layernorm_qkv_attention_step(datt, dqkv, dscratch, dfused, dx, dlnw, dlnb, dw, dbias, dk2,
+                                         dv2, dlen, B, maxT, NH, HS, NULL);
+            floatX_download(got, datt, B * C);
+            CHECK_CLOSE(got, o, (size_t)B * C, 1e-2, "layernorm_qkv_attention_step B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
+            for (int kv = 0; kv < 2; kv++) {   // the new position's k (kv 0) and v (1)
+                floatX *dcache = kv ? dv2 : dk2;
+                float *orig = kv ? vc : kc;
+                floatX_download(kc2, dcache, cache);
+                int others = 1;
+                for (int b = 0; b < B; b++)
+                    for (int h = 0; h < NH; h++)
+                        for (int s = 0; s < maxT; s++) {
+                            size_t at = KV_CACHE_AT(b, h, s, maxT, NH, HS);
+                            if (s != len - 1) {
+                                others &= memcmp(kc2 + at, orig + at, HS * sizeof(float)) == 0;
+                                continue;
+                            }
+                            memcpy(row + (b * NH + h) * HS, kc2 + at, HS * sizeof(float));
+                            memcpy(want_row + (b * NH + h) * HS, want + (size_t)b * 3 * C + (kv + 1) * C + h * HS,
+                                   HS * sizeof(float));
+                        }
+                CHECK(others, "layernorm_qkv_attention_step writes the %s cache at position %d only (B=%d "
+                      "maxT=%d NH=%d HS=%d)", kv ? "v" : "k", len - 1, B, maxT, NH, HS);
+                CHECK_CLOSE(row, want_row, (size_t)B * C, 1e-2, "layernorm_qkv_attention_step's new %s row, "
+                            "B=%d len=%d NH=%d HS=%d", kv ? "v" : "k", B, len, NH, HS);
+            }
         }
-        dev_free(dw); dev_free(dbias); dev_free(dres); dev_free(dpre); dev_free(dgot); dev_free(datt);
-        dev_free(dfused); free(hw); free(got); free(want);
+        dev_free(dw); dev_free(dbias); dev_free(dx); dev_free(dlnw); dev_free(dlnb); dev_free(dln);
+        dev_free(dqkv2); dev_free(dstats); dev_free(datt); dev_free(dfused);
+        free(hw); free(got); free(want); free(row); free(want_row);
         dev_free(dq); dev_free(dk); dev_free(dv); dev_free(dout); dev_free(dlen); dev_free(dscratch);
         dev_free(dqkv); dev_free(dk2); dev_free(dv2);
         free(q); free(kc); free(vc); free(o); free(ref); free(cpu); free(qkv); free(kc2);
