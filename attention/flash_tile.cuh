@@ -20,7 +20,8 @@
 //   proxies                     fence.proxy.async: ordinary shared stores before TMA/wgmma reads
 //   warpgroups                  setmaxnreg, named barriers
 //   clusters                    the cluster barrier's arrive and wait, apart; a CTA's shared
-//                               address in another; bulk copies between CTAs' shared memory
+//                               address in another; bulk copies and register stores between
+//                               CTAs' shared memory
 //   wgmma                       descriptors of 128-byte swizzled shared tiles, the products
 //   accumulators as A operands  pack_a
 //
@@ -402,6 +403,15 @@ __device__ __forceinline__ void bulk_copy_to_cta(uint32_t dst, uint32_t src, uin
         "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
         ::"r"(dst), "r"(src), "r"(bytes), "r"(bar)
         : "memory");
+}
+// st.async: 4 bytes from a register into another CTA's shared memory, dst and its barrier `bar`
+// both mapped there (cluster_map); the bytes complete on that barrier (which expects them), so the
+// receiver waits on its own barrier and no cluster barrier (nor its release of this CTA's global
+// stores) is needed
+__device__ __forceinline__ void store_to_cta(uint32_t dst, uint32_t value, uint32_t bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n"
+                 ::"r"(dst), "r"(value), "r"(bar)
+                 : "memory");
 }
 
 // ---- wgmma ----------------------------------------------------------------------------------------

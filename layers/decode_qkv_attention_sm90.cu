@@ -18,16 +18,17 @@
 //                    layernorm's weights; the first round of the cache rows of the rank's
 //                    positions [r chunk, (r + 1) chunk), chunk = ceil(len / 8)
 //   after it         inp -> shared memory; warp 0 layer-norms it in place; the products; lane
-//                    8k of warp w holds output i = 24 r + 4 w + k: bf16(sum + bias) into every
-//                    rank's head_qkv[i] (distributed shared memory), and for k and v into the
-//                    caches at the new position
-//   cluster barrier  every rank holds the head's q, k, v
+//                    8k of warp w holds output i = 24 r + 4 w + k: bf16(sum + bias), two by two,
+//                    into every rank's head_qkv[i] (st.async into distributed shared memory,
+//                    completing on the receiver's barrier), and for k and v into the caches at
+//                    the new position
+//   qkv_full         every rank holds the head's q, k, v (each waits on its own barrier)
 //   attention        the rank's positions as decode_attention.cu's split kernel takes a split:
 //                    a group of 8 lanes a cache row (8 channels a lane), kRows rows a group a
 //                    round, the next round's loads in flight during this one's math, the online
 //                    softmax in the exp2 domain; the new position's k, v from head_qkv; the
 //                    groups merged by shuffles, the warps through shared memory
-//   cluster barrier  rank r's (acc, m, l) in rank 0's part[r]
+//   part_full        rank r's (acc, m, l) in rank 0's part[r] (st.async again); the others exit
 //   rank 0           out = sum_r acc_r 2^(m_r - M) / sum_r l_r 2^(m_r - M), M = max_r m_r -> att
 // Numerics: the QKV outputs are gemv_kernel's (the same products and sums in the same order, so
 // the same bits at C = 768); the attention sums in another order than the split kernel's.
@@ -82,7 +83,18 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     __shared__ __align__(16) bf16 head_qkv[3 * kHS];   // the head's q, k, v: every rank's outputs
     __shared__ float part[kRanks][kHS + 2];            // rank 0: each rank's acc, m, l
     __shared__ float warp_m[kWarps], warp_l[kWarps], warp_acc[kWarps][kHS];
-    cluster_arrive_relaxed();   // this CTA runs: the others may write its shared memory (after their wait)
+    // head_qkv and part are written by the cluster's CTAs with st.async, each completing its bytes
+    // on the receiver's barrier: the receiver waits on its own barrier, with no cluster barrier
+    // (whose release would also wait for this CTA's global stores)
+    __shared__ uint64_t qkv_full, part_full;
+    if (threadIdx.x == 0) {
+        mbar_init(&qkv_full, 1);
+        mbar_init(&part_full, 1);
+        mbar_fence_init();
+        mbar_arrive_expect_tx(&qkv_full, 3 * kHS * sizeof(bf16));
+        if (rank == 0) mbar_arrive_expect_tx(&part_full, kRanks * (kHS + 2) * sizeof(float));
+    }
+    cluster_arrive_relaxed();   // this CTA runs, its barriers set: the others may write to it (after their wait)
 
     // ---- before the wait: the warp's weight rows, their biases, the layernorm's weights (at
     // K <= 768, as gemv_kernel), the first round of the rank's cache rows (earlier steps wrote
@@ -161,16 +173,21 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     for (int r = 0; r < kR; r++)
         if (r == my_r) my_bias = bias[r];
     const float sum = warp_reduce_scatter<kR>(sums, lane);
-    cluster_wait();   // every CTA of the cluster runs
-    if (lane % (32 / kR) == 0) {
-        const int i = i0 + my_r;
-        const bf16 out = __float2bfloat16_rn(sum + my_bias);
+    // outputs i0 + my_r in pairs, 4 bytes a store: lane 0 (outputs 0, 1 of the warp's 4) and 16
+    // (2, 3) take their neighbour's from lane 8 and 24
+    const uint32_t mine = __bfloat16_as_ushort(__float2bfloat16_rn(sum + my_bias));
+    const uint32_t pair = mine | __shfl_down_sync(0xffffffffu, mine, 32 / kR) << 16;
+    cluster_wait();   // every CTA of the cluster runs, its barriers set
+    if (lane % (2 * 32 / kR) == 0) {
+        const int i = i0 + my_r;   // even: the pair is 4-byte aligned, and never straddles q, k, v
+        const uint32_t dst = smem_addr(head_qkv + i), bar = smem_addr(&qkv_full);
 #pragma unroll
-        for (int d = 0; d < kRanks; d++) cluster.map_shared_rank(head_qkv, d)[i] = out;
+        for (int d = 0; d < kRanks; d++) store_to_cta(cluster_map(dst, d), pair, cluster_map(bar, d));
         if (i >= kHS)   // the new k or v into the cache
-            (i < 2 * kHS ? a.kcache : a.vcache)[(size_t)h * a.maxT * kHS + (size_t)new_pos * kHS + i % kHS] = out;
+            *reinterpret_cast<uint32_t *>((i < 2 * kHS ? a.kcache : a.vcache) + (size_t)h * a.maxT * kHS +
+                                          (size_t)new_pos * kHS + i % kHS) = pair;
     }
-    cluster.sync();   // every rank's outputs in every rank's head_qkv
+    mbar_wait(&qkv_full, 0);   // the head's q, k, v, from every rank
 
     // ---- the attention over the rank's positions (decode_attention.cu's split kernel, a round
     // at a time: the next round's loads issued before this one's math)
@@ -253,12 +270,17 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
             l += warp_l[k] * weight;
             o += warp_acc[k][e] * weight;
         }
-        float *dst = cluster.map_shared_rank(&part[0][0], 0) + rank * (kHS + 2);
-        dst[e] = o;
-        if (e == 0) { dst[kHS] = m; dst[kHS + 1] = l; }
+        const uint32_t dst = cluster_map(smem_addr(&part[rank][0]), 0), bar = cluster_map(smem_addr(&part_full), 0);
+        store_to_cta(dst + 4 * e, __float_as_uint(o), bar);
+        if (e == 0) {
+            store_to_cta(dst + 4 * kHS, __float_as_uint(m), bar);
+            store_to_cta(dst + 4 * (kHS + 1), __float_as_uint(l), bar);
+        }
     }
-    cluster.sync();   // every rank's part in rank 0 (and no rank exits while rank 0 is written)
+    // rank 0 waits for every rank's part, so its shared memory outlives their stores; the
+    // others' shared memory is written no more
     if (rank != 0 || threadIdx.x >= kHS) return;
+    mbar_wait(&part_full, 0);
     // ---- rank 0: the ranks' parts merged (a rank past len has m = -inf and weighs 0; rank 0
     // holds position 0, so M is finite)
     const int e = threadIdx.x;
