@@ -10,7 +10,10 @@
 // together), give them to each other through the cluster's shared memory, and attend to the
 // cache's positions split 8 ways; rank 0 merges the 8 partial results into the head's 64
 // outputs. No grid-wide boundary between the QKV and the attention, no partial results through
-// L2, and the output projection reads a plain row.
+// L2, and the output projection reads a plain row. The exchanges are st.async stores that
+// complete on the receiver's mbarrier: with a cluster barrier for each (whose arrival releases
+// the CTA's global stores too) the kernel was 4.3 us on the path, with these 3.4, and the QKV
+// GEMV alone 2.2 (docs/PERF.md, twenty-sixth session: batch 1 5.8K -> 6.6K tokens/s).
 //
 // The picture, head h, rank r of the cluster (6 warps; w: warp):
 //   before pdl_wait  the weight rows of outputs i = 24 r + 4 w + (0..3) of the head's [q | k | v]
@@ -35,7 +38,7 @@
 #include <cooperative_groups.h>
 #include <math.h>
 
-#include "../attention/flash_tile.cuh"   // kLog2e, SoftmaxRow, cluster_arrive_relaxed, cluster_wait
+#include "../attention/flash_tile.cuh"   // kLog2e, SoftmaxRow, mbarriers, clusters, store_to_cta
 #include "../runtime/cuda_common.cuh"
 #include "decode_qkv_attention_sm90.h"
 #include "gemv.cuh"
