@@ -33,6 +33,7 @@
 
 #include "../attention/flash_tile.cuh"   // kLog2e, SoftmaxRow: the attention kernels' vocabulary
 #include "../runtime/cuda_common.cuh"
+#include "decode_attention.cuh"
 #include "layers.h"
 
 namespace {
@@ -176,9 +177,8 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
 #pragma unroll
         for (int i = 0; i < 8; i++) qv[i] *= a.scale_log2;
     }
-    // the group's row of the online softmax (scores already in the exp2 domain: scale 1)
+    // the group's row of the online softmax (decode_round)
     float running_max = -INFINITY, running_sum = 0.0f;
-    SoftmaxRow row{running_max, running_sum};
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 
     // The loop is block-uniform (the shuffles need every lane); rows past `end` weigh nothing.
@@ -208,52 +208,12 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
                 *reinterpret_cast<int4 *>(a.vcache + head + (size_t)s * HS) = v_cur[r];
             }
         }
-        float score[kRows];
-        float round_max = -INFINITY;
-#pragma unroll
-        for (int r = 0; r < kRows; r++) {
-            float k[8];
-            unpack_bf16<8>(k, k_cur[r]);
-            score[r] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; i++) score[r] += qv[i] * k[i];
-#pragma unroll
-            for (int offset = G / 2; offset > 0; offset >>= 1)
-                score[r] += __shfl_xor_sync(0xffffffffu, score[r], offset);
-            if (valid[r]) round_max = fmaxf(round_max, score[r]);
-        }
-        if (round_max == -INFINITY) continue;   // this group has no row in this round
-        const float correction = row.update(fmaxf(running_max, round_max));   // 0 at the first row
-        running_sum *= correction;
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc[i] *= correction;
-#pragma unroll
-        for (int r = 0; r < kRows; r++) {
-            const float p = valid[r] ? exp2f(score[r] - running_max) : 0.0f;
-            float v[8];
-            unpack_bf16<8>(v, v_cur[r]);
-            running_sum += p;
-#pragma unroll
-            for (int i = 0; i < 8; i++) acc[i] += p * v[i];
-        }
+        decode_round<G, kRows>(qv, k_cur, v_cur, valid, running_max, running_sum, acc);
     }
 
-    // merge the groups. First a warp's: its groups' lanes with the same channels are G apart.
-    // weight = 2^(m_group - m_warp); a group that saw no row has m = -inf and weighs 0.
-    float warp_max = running_max;
-#pragma unroll
-    for (int offset = G; offset < 32; offset <<= 1)
-        warp_max = fmaxf(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, offset));
-    const float w = running_max == -INFINITY ? 0.0f : exp2f(running_max - warp_max);
-    float warp_sum = running_sum * w;
-#pragma unroll
-    for (int i = 0; i < 8; i++) acc[i] *= w;
-#pragma unroll
-    for (int offset = G; offset < 32; offset <<= 1) {
-        warp_sum += __shfl_xor_sync(0xffffffffu, warp_sum, offset);
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], offset);
-    }
+    // merge the groups, first a warp's (then the warps' below)
+    const float warp_max = merge_warp_groups<G>(running_max, running_sum, acc);
+    const float warp_sum = running_sum;
     // then the block's, from the warps' (m, l, acc) in shared memory: thread e < HS sums
     // channel e, each thread the same M and L (4 values each)
     constexpr int kWarps = kSplitThreads / 32;

@@ -40,6 +40,7 @@
 
 #include "../attention/flash_tile.cuh"   // kLog2e, SoftmaxRow, mbarriers, clusters, store_to_cta
 #include "../runtime/cuda_common.cuh"
+#include "decode_attention.cuh"
 #include "decode_qkv_attention_sm90.h"
 #include "gemv.cuh"
 
@@ -200,61 +201,23 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     for (int i = 0; i < 8; i++) qv[i] *= a.scale_log2;
     const int4 new_k = reinterpret_cast<const int4 *>(head_qkv + kHS)[member];
     const int4 new_v = reinterpret_cast<const int4 *>(head_qkv + 2 * kHS)[member];
-    float running_max = -INFINITY, running_sum = 0.0f;
-    SoftmaxRow row{running_max, running_sum};   // scores already in the exp2 domain: scale 1
+    float running_max = -INFINITY, running_sum = 0.0f;   // the group's row of the online softmax
     for (int base = start; base < end; base += kRound) {   // block-uniform: the shuffles need every lane
         int4 k_cur[kRows], v_cur[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; r++) { k_cur[r] = k_raw[r]; v_cur[r] = v_raw[r]; }
         if (base + kRound < end) load_round(base + kRound);
         bool valid[kRows];
-        float score[kRows], round_max = -INFINITY;
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
             const int s = base + r * kGroups + group;
             valid[r] = s < end;
             if (s == new_pos) { k_cur[r] = new_k; v_cur[r] = new_v; }
-            float k[8];
-            unpack_bf16<8>(k, k_cur[r]);
-            score[r] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; i++) score[r] += qv[i] * k[i];
-#pragma unroll
-            for (int offset = kG / 2; offset > 0; offset >>= 1)
-                score[r] += __shfl_xor_sync(0xffffffffu, score[r], offset);
-            if (valid[r]) round_max = fmaxf(round_max, score[r]);
         }
-        if (round_max == -INFINITY) continue;   // this group has no row in this round
-        const float correction = row.update(fmaxf(running_max, round_max));   // 0 at the first row
-        running_sum *= correction;
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc[i] *= correction;
-#pragma unroll
-        for (int r = 0; r < kRows; r++) {
-            const float p = valid[r] ? exp2f(score[r] - running_max) : 0.0f;
-            float v[8];
-            unpack_bf16<8>(v, v_cur[r]);
-            running_sum += p;
-#pragma unroll
-            for (int i = 0; i < 8; i++) acc[i] += p * v[i];
-        }
+        decode_round<kG, kRows>(qv, k_cur, v_cur, valid, running_max, running_sum, acc);
     }
-    // the warp's groups (lanes with the same channels are kG apart), weight 2^(m_group - m_warp);
-    // a group that saw no row has m = -inf and weighs 0
-    float warp_max = running_max;
-#pragma unroll
-    for (int offset = kG; offset < 32; offset <<= 1)
-        warp_max = fmaxf(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, offset));
-    const float wgt = running_max == -INFINITY ? 0.0f : exp2f(running_max - warp_max);
-    float warp_sum = running_sum * wgt;
-#pragma unroll
-    for (int i = 0; i < 8; i++) acc[i] *= wgt;
-#pragma unroll
-    for (int offset = kG; offset < 32; offset <<= 1) {
-        warp_sum += __shfl_xor_sync(0xffffffffu, warp_sum, offset);
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], offset);
-    }
+    const float warp_max = merge_warp_groups<kG>(running_max, running_sum, acc);   // the warp's groups
+    const float warp_sum = running_sum;
     if (lane < kG) {
         if (lane == 0) { warp_m[warp] = warp_max; warp_l[warp] = warp_sum; }
 #pragma unroll
