@@ -3,8 +3,9 @@
 // both computed from the same bf16-rounded inputs, the cache
 // writes bit for bit, the argmax, and the model's KV-cached decoding (through a CUDA graph)
 // against recomputing the whole sequence. Prints SKIP and passes where there is no GPU.
-// --sanitize: the decode attention's two kernels at two lengths each, the cache writes, the
-// argmax and the fused calls at a few shapes and row counts only (1, 4, 9, 16, 17, 64 rows:
+// --sanitize: the decode attention's two kernels at two lengths each (and at one row on Hopper
+// the cluster kernel of layernorm, QKV and attention), the cache writes, the argmax and the fused
+// calls at a few shapes and row counts only (1, 4, 9, 16, 17, 64 rows:
 // gemv_kernel, gemv_tc_kernel, the wgmma kernel's three tile heights; the LM head at 1, 4, 17
 // and 40), small enough for compute-sanitizer's racecheck and synccheck. Also infer_gpt2 (beside
 // this program's folder) with DECODE_PARTS out of range: a message and exit 1.
