@@ -11,17 +11,21 @@
 // nothing): score = q . k over the group's lanes (qv already scaled into the exp2 domain), then
 // (running_max, running_sum) and acc, the group's row of the online softmax, updated. Returns at
 // once where the group has no row in the round. Every lane of the warp calls it (the shuffles).
+// rows: the rows r < rows of the round may hold positions for some group, the others for none
+// (the same in the whole block): those are skipped, work and all.
 template <int G, int ROWS>
 __device__ __forceinline__ void decode_round(const float (&qv)[8], const int4 (&k_cur)[ROWS],
                                              const int4 (&v_cur)[ROWS], const bool (&valid)[ROWS],
-                                             float &running_max, float &running_sum, float (&acc)[8]) {
+                                             float &running_max, float &running_sum, float (&acc)[8],
+                                             int rows = ROWS) {
     float score[ROWS];
     float round_max = -INFINITY;
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
+        score[r] = 0.0f;
+        if (r >= rows) break;
         float k[8];
         unpack_bf16<8>(k, k_cur[r]);
-        score[r] = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++) score[r] += qv[i] * k[i];
 #pragma unroll
@@ -37,6 +41,7 @@ __device__ __forceinline__ void decode_round(const float (&qv)[8], const int4 (&
     for (int i = 0; i < 8; i++) acc[i] *= correction;
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
+        if (r >= rows) break;
         const float p = valid[r] ? exp2f(score[r] - running_max) : 0.0f;
         float v[8];
         unpack_bf16<8>(v, v_cur[r]);

@@ -214,7 +214,10 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
             valid[r] = s < end;
             if (s == new_pos) { k_cur[r] = new_k; v_cur[r] = new_v; }
         }
-        decode_round<kG, kRows>(qv, k_cur, v_cur, valid, running_max, running_sum, acc);
+        // at a short span most of a round's rows hold no position of this rank (at 128-384
+        // positions, 16-48 of the round's 96): skipped
+        decode_round<kG, kRows>(qv, k_cur, v_cur, valid, running_max, running_sum, acc,
+                                (end - base + kGroups - 1) / kGroups);
     }
     const float warp_max = merge_warp_groups<kG>(running_max, running_sum, acc);   // the warp's groups
     const float warp_sum = running_sum;
