@@ -200,6 +200,26 @@ void dev_upload(void *dst, const void *src_host, size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
 }
 
+// A few bytes between pinned host memory and the device are moved by a kernel of one block, not by
+// the copy engine: pinned memory is the device's to read and write at the same address (unified
+// addressing), and on the stream a kernel after a kernel starts about a microsecond after it,
+// where a copy waited 5.8 us for the kernel before it and the next step's upload 6.7 us for that
+// copy (batch-1 decoding on an H200, docs/PERF.md, twenty-sixth session, call 12: 8% of a step's
+// time, the GPU idle). Larger copies (a training step's tokens) keep the copy engine.
+enum { SMALL_COPY_BYTES = 4096 };
+__global__ void small_copy_kernel(unsigned char *__restrict__ dst, const unsigned char *__restrict__ src,
+                                  int bytes) {
+    for (int i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
+}
+static void stream_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes <= SMALL_COPY_BYTES) {
+        small_copy_kernel<<<1, 256, 0, cuda_stream>>>((unsigned char *)dst, (const unsigned char *)src, (int)bytes);
+        CUDA_CHECK(cudaGetLastError());
+    } else {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cuda_stream));
+    }
+}
+
 // Pinned staging for dev_upload_async: a few slots used in turn, each reused only once the copy
 // out of it has finished (its event; for a slot last used UPLOAD_SLOTS uploads ago that has long
 // happened, so the wait costs nothing). Pinned, because a pageable cudaMemcpyAsync is staged by
@@ -226,7 +246,7 @@ void dev_upload_async(void *dst, const void *src_host, size_t bytes) {
         slot.bytes = bytes;
     }
     memcpy(slot.host, src_host, bytes);
-    CUDA_CHECK(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, cuda_stream));
+    stream_copy(dst, slot.host, bytes, cudaMemcpyHostToDevice);
     CUDA_CHECK(cudaEventRecord(slot.done, cuda_stream));
 }
 
@@ -254,7 +274,7 @@ int dev_download_async(const void *src, size_t bytes) {
     }
     slot.bytes = bytes;
     slot.busy = 1;
-    CUDA_CHECK(cudaMemcpyAsync(slot.host, src, bytes, cudaMemcpyDeviceToHost, cuda_stream));
+    stream_copy(slot.host, src, bytes, cudaMemcpyDeviceToHost);
     CUDA_CHECK(cudaEventRecord(slot.done, cuda_stream));
     return ticket;
 }
