@@ -205,8 +205,10 @@ void dev_upload(void *dst, const void *src_host, size_t bytes) {
 // addressing), and on the stream a kernel after a kernel starts about a microsecond after it,
 // where a copy waited 5.8 us for the kernel before it and the next step's upload 6.7 us for that
 // copy (batch-1 decoding on an H200, docs/PERF.md, twenty-sixth session, call 12: 8% of a step's
-// time, the GPU idle). Larger copies (a training step's tokens) keep the copy engine.
-enum { SMALL_COPY_BYTES = 4096 };
+// time, the GPU idle). The kernel reads host memory a byte a thread, one PCIe round trip a pass of
+// 256 bytes, so only up to 1 KB (a decode step's tokens and position up to 254 sequences, its
+// argmax up to 256) goes this way; larger copies (a training step's tokens) keep the copy engine.
+enum { SMALL_COPY_BYTES = 1024 };
 __global__ void small_copy_kernel(unsigned char *__restrict__ dst, const unsigned char *__restrict__ src,
                                   int bytes) {
     for (int i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
