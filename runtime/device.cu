@@ -216,7 +216,7 @@ __global__ void small_copy_kernel(unsigned char *__restrict__ dst, const unsigne
 static void stream_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     if (bytes <= SMALL_COPY_BYTES) {
         small_copy_kernel<<<1, 256, 0, cuda_stream>>>((unsigned char *)dst, (const unsigned char *)src, (int)bytes);
-        CUDA_CHECK(cudaGetLastError());
+        LAUNCH_CHECK();
     } else {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cuda_stream));
     }
