@@ -7,11 +7,13 @@
 //                fused calls (layers.h): per layer layernorm + QKV, the attention of the new
 //                query against the cache (attention_decode_step, which writes the new key and
 //                value into the cache first, so the token attends to itself as causality
-//                wants), attention projection + residual, layernorm + FC + GELU, FC projection
-//                + residual; then the final layernorm + LM head + argmax. On CUDA at a few
-//                rows each is one kernel (fused.cu, decode_attention.cu), 5 a layer where the
-//                plain layers took 12, and at one row on Hopper 4 (layernorm, QKV and the
-//                attention in one: decode_qkv_attention_sm90.cu); with more rows they are the
+//                wants), attention projection + residual, layernorm + FC + GELU (the four in
+//                attention_block_fc_step), FC projection + residual; then the final layernorm +
+//                LM head + argmax. On CUDA at a few rows each is one kernel (fused.cu,
+//                decode_attention.cu), 5 a layer where the plain layers took 12, and at one row
+//                on Hopper 3 (layernorm, QKV, the attention and each head's part of its
+//                projection in one, the parts' sum, layernorm and FC in another:
+//                decode_block_sm90.cu); with more rows they are the
 //                plain layers or Hopper's wgmma kernels (decode_gemm_sm90.cu). From 18
 //                rows on Hopper the layers run as two to four parts of the batch at once
 //                (decode_step_parts), all but the first on branch streams.
@@ -157,14 +159,13 @@ static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
     for (int l = 0; l < L; l++) {
         LayerParams w = gpt2_layer_params(&p, C, l);
         floatX *k = d->k + l * layer_stride + kv0, *v = d->v + l * layer_stride + kv0;
-        // attention block: x += attproj(attention(qkv(ln1(x))))
-        layernorm_qkv_attention_step(atty, qkv, rows.att_scratch, scratch, x, w.ln1w, w.ln1b,
-                                     w.qkvw, w.qkvb, k, v, pos, N, d->maxT, d->NH, d->HS, stats);
-        stats = matmul_residual_forward(x, scratch, atty, w.attprojw, w.attprojb, N, C, C,
-                                        rows.x_stats) ? rows.x_stats : NULL;
-        // MLP block: x += fcproj(gelu(fc(ln2(x))))
-        layernorm_matmul_forward(fch_gelu, scratch, x, w.ln2w, w.ln2b, w.fcw, w.fcb, N, C, 4 * C,
-                                 1, stats);
+        // attention block: x += attproj(attention(qkv(ln1(x)))); and the MLP's first half,
+        // fch_gelu = gelu(fc(ln2(x)))
+        DecodeBlockWeights bw = {w.ln1w, w.ln1b, w.qkvw, w.qkvb, w.attprojw, w.attprojb,
+                                 w.ln2w, w.ln2b, w.fcw, w.fcb};
+        attention_block_fc_step(x, fch_gelu, atty, qkv, rows.att_scratch, scratch, &bw, k, v, pos,
+                                N, d->maxT, d->NH, d->HS, stats, rows.x_stats);
+        // the MLP's projection: x += fcproj(fch_gelu)
         stats = matmul_residual_forward(x, scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C,
                                         rows.x_stats) ? rows.x_stats : NULL;
     }

@@ -1,5 +1,5 @@
 // decode_attention.cuh: the arithmetic of the decode attention that its two kernels share
-// (decode_attention.cu's split kernel, decode_qkv_attention_sm90.cu's cluster kernel): a group of
+// (decode_attention.cu's split kernel, decode_block_sm90.cu's cluster kernel): a group of
 // G lanes takes a cache row, each lane 8 of its channels; a round is ROWS rows a group, their
 // scores, the online softmax's update and acc += p v; at the end the warp's groups merged.
 #pragma once
@@ -71,4 +71,24 @@ __device__ __forceinline__ float merge_warp_groups(float running_max, float &run
         for (int i = 0; i < 8; i++) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], offset);
     }
     return warp_max;
+}
+
+// N parts of a row's online softmax merged, for one channel: part k has maximum m(k) (exp2
+// domain), sum l(k) and the channel's weighed values acc(k); each weighs 2^(m(k) - M), M the
+// largest m, a part that saw no position (m = -inf) 0. Sets M and L (the merged sum) and returns
+// the channel's merged acc. (The cluster kernel's warps into its CTA, and its ranks into rank 0.)
+template <int N, typename FM, typename FL, typename FA>
+__device__ __forceinline__ float merge_parts(FM m, FL l, FA acc, float &M, float &L) {
+    M = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < N; k++) M = fmaxf(M, m(k));
+    L = 0.0f;
+    float o = 0.0f;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        const float weight = m(k) == -INFINITY ? 0.0f : exp2f(m(k) - M);
+        L += l(k) * weight;
+        o += acc(k) * weight;
+    }
+    return o;
 }

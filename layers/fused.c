@@ -19,15 +19,12 @@ int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
     return 0;
 }
 
-void layernorm_qkv_attention_step(floatX *att, floatX *qkv, void *att_scratch, void *scratch,
-                                  const floatX *inp, const floatX *lnw, const floatX *lnb,
-                                  const floatX *weight, const floatX *bias, floatX *kcache,
-                                  floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
-                                  const float *stats) {
-    const int C = NH * HS;
-    plain_layernorm_matmul(qkv, plain_scratch(scratch, B, C), inp, lnw, lnb, weight, bias, B, C,
-                           3 * C, 0);
-    attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
+void attention_block_fc_step(floatX *x, floatX *fch, floatX *att, floatX *qkv, void *att_scratch,
+                             void *scratch, const DecodeBlockWeights *w, floatX *kcache,
+                             floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
+                             const float *stats, float *x_stats) {
+    plain_attention_block_fc(x, fch, att, qkv, att_scratch, scratch, w, kcache, vcache, pos, B, maxT,
+                             NH, HS, stats, x_stats);
 }
 
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,

@@ -30,13 +30,15 @@
 // layers round it; only the matmul's summation order differs from cuBLASLt's (and between the
 // one-row and the tensor-core kernels).
 //
-// At one row on Hopper a layer's first call, layernorm + QKV + the attention, is one kernel of
-// its own (layernorm_qkv_attention_step: decode_qkv_attention_sm90.cu, a cluster of CTAs a head).
+// At one row on Hopper a layer's first three calls, layernorm + QKV + the attention + the
+// attention projection + the residual, then layernorm + FC + GELU, are two kernels of their own
+// (attention_block_fc_step: decode_block_sm90.cu, a cluster of CTAs a head, then clusters that
+// sum the heads' parts of the projection).
 //
 // The LM head (Vp = 50304 rows of wte) is the same kernel with a grid-stride loop over row
-// tiles; greedy decoding's argmax rides in its epilogue: each block keeps the best (value,
-// index) per input row, the last block to finish (a counter in the scratch elects it) reduces
-// the blocks' bests, so greedy decoding needs no separate argmax kernel. At 9-64 rows on Hopper
+// tiles, at K = 768 with R = 8; greedy decoding's argmax rides in its epilogue: each block keeps
+// the best (value, index) per input row, the last block to finish (a counter in the scratch
+// elects it) reduces the blocks' bests, so greedy decoding needs no separate argmax kernel. At 9-64 rows on Hopper
 // the LM head is decode_gemm_sm90.cu's decode_lm_head_kernel, its argmax in its epilogue too.
 #include <float.h>
 #include <stdlib.h>
@@ -45,7 +47,7 @@
 #include "../attention/flash_tile.cuh"   // mma_bf16: its PTX, written once
 #include "../runtime/cuda_common.cuh"
 #include "argmax.cuh"
-#include "decode_qkv_attention_sm90.h"
+#include "decode_block_sm90.h"
 #include "decode_gemm_sm90.h"
 #include "fused_plain.h"
 #include "gelu.cuh"
@@ -238,11 +240,14 @@ __device__ __forceinline__ void grid_argmax(const GemvArgs &a, float (*warp_v)[8
 // KC * 256, every lane's KC chunks are in the row (GPT-2 124M's 768 and 3,072), so the compiler
 // drops the chunk bounds and keeps the row's length as a constant in the weight addresses. The
 // body is written for NR input rows (it took up to 8 before gemv_tc_kernel) and kept so at NR = 1:
-// its SASS is the one measured (see the staging helpers above)
-template <int KC, int IN, bool FULL>
-__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const GemvArgs a) {
+// its SASS is the one measured (see the staging helpers above). R: weight rows a warp, 12 / KC
+// loads in flight a lane; the LM head takes R = 8 (24 loads a lane, held to 168 registers for 3
+// blocks an SM): its warps are issue-bound, and a tile's fixed work (the input's unpacks, the
+// reduction, the epilogue) is then shared by 8 rows instead of 4 (22.4 -> 19.2 us on the batch-1
+// step's path, docs/PERF.md, twenty-sixth session, call 11)
+template <int KC, int IN, bool FULL, int R = kLoadsPerLane / KC>
+__global__ void __launch_bounds__(kThreads, R == 8 ? kLogitsBlocksPerSM : 1) gemv_kernel(const GemvArgs a) {
     constexpr int NR = 1;                   // input rows
-    constexpr int R = kLoadsPerLane / KC;   // weight rows per warp
     static_assert(R * NR <= 32, "one lane per output of a warp's tile");
     extern __shared__ int4 xs[];            // (N, K/8) the input rows, 8 bf16 a chunk
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -672,11 +677,17 @@ void launch_gemv(const GemvArgs &a, int in, int max_blocks) {
     else
         kernel = in == kLayernorm ? (full ? gemv_kernel<KC, kLayernorm, true> : gemv_kernel<KC, kLayernorm, false>)
                                   : (full ? gemv_kernel<KC, kInput, true> : gemv_kernel<KC, kInput, false>);
-    static bool asked[2][2][2] = {};
-    if (!asked[tc][in][full]) {
+    // the one-row LM head of GPT-2 124M's shape: 8 weight rows a warp (gemv_kernel's R)
+    bool wide = false;
+    if constexpr (KC == 3) {
+        wide = !tc && a.epilogue == kLogits && full && in == kLayernorm;
+        if (wide) kernel = gemv_kernel<KC, kLayernorm, true, 8>;
+    }
+    static bool asked[2][2][2][2] = {};
+    if (!asked[tc][in][full][wide]) {
         const size_t max_smem = FUSED_MAX_ROWS * kMaxK * sizeof(bf16) + (tc ? 2 * 8 * 32 * sizeof(float2) : 0);
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem));
-        asked[tc][in][full] = true;
+        asked[tc][in][full][wide] = true;
     }
     int threads, rows_per_block;
     size_t smem = (size_t)a.N * a.K * sizeof(bf16);
@@ -688,7 +699,7 @@ void launch_gemv(const GemvArgs &a, int in, int max_blocks) {
         smem += 2 * (threads / 32) * 32 * sizeof(float2);
     } else {
         threads = kThreads;
-        rows_per_block = kWarps * (kLoadsPerLane / KC);
+        rows_per_block = kWarps * (wide ? 8 : kLoadsPerLane / KC);
     }
     const int blocks = std::min(ceil_div(a.OC, rows_per_block), max_blocks);
     launch_pdl(kernel, blocks, threads, smem, a);
@@ -749,21 +760,27 @@ bool wg_fits(int N, int K, int OC, const void *inp, const void *weight, const vo
            decode_gemm_sm90_fits(N, K, OC, inp, weight, bias, out, lnw, lnb, stats);
 }
 
-// the scratch: the LM head's counter (256 bytes), its per-block bests (at 9-64 rows on Hopper
-// the rows' best keys, decode_lm_head_sm90), then the plain calls'
 size_t logits_partials_bytes(int N) {
     return plain_align256((size_t)kLogitsBlocksPerSM * cuda_num_sms * N * (sizeof(float) + sizeof(int)));
 }
 
 }  // namespace
 
+// the scratch: the LM head's counter (256 bytes), its per-block bests (at 9-64 rows on Hopper
+// the rows' best keys, decode_lm_head_sm90), at one row decode_block_sm90's (the same bytes at any
+// C: the plain calls' part must start where their C, which need not be the model's, finds it),
+// then the plain calls'
+static size_t block_bytes(int N) { return N == 1 ? decode_block_sm90_scratch_size() : 0; }
+
 size_t fused_scratch_size(int N, int C, int OC) {
     ensure_backend();
-    return 256 + logits_partials_bytes(N) + plain_scratch_size(N, C, OC);
+    return 256 + logits_partials_bytes(N) + block_bytes(N) + plain_scratch_size(N, C, OC);
 }
 
+static void *block_part(void *scratch, int N) { return (char *)scratch + 256 + logits_partials_bytes(N); }
+
 static PlainScratch plain_part(void *scratch, int N, int C) {
-    return plain_scratch((char *)scratch + 256 + logits_partials_bytes(N), N, C);
+    return plain_scratch((char *)block_part(scratch, N) + block_bytes(N), N, C);
 }
 
 void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, const floatX *lnw,
@@ -803,19 +820,16 @@ int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
     return 0;
 }
 
-void layernorm_qkv_attention_step(floatX *att, floatX *qkv, void *att_scratch, void *scratch,
-                                  const floatX *inp, const floatX *lnw, const floatX *lnb,
-                                  const floatX *weight, const floatX *bias, floatX *kcache,
-                                  floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
-                                  const float *stats) {
-    const int C = NH * HS;
-    if (fused_enabled() && decode_qkv_attention_sm90_fits(B, C, NH, HS, att, inp, lnw, lnb, weight, bias,
-                                                          kcache, vcache)) {
-        decode_qkv_attention_sm90(att, inp, lnw, lnb, weight, bias, kcache, vcache, pos, C, maxT, NH);
+void attention_block_fc_step(floatX *x, floatX *fch, floatX *att, floatX *qkv, void *att_scratch,
+                             void *scratch, const DecodeBlockWeights *w, floatX *kcache,
+                             floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
+                             const float *stats, float *x_stats) {
+    if (fused_enabled() && decode_block_sm90_fits(B, NH * HS, NH, HS, w, x, kcache, vcache)) {
+        decode_block_sm90(x, fch, att, block_part(scratch, B), w, kcache, vcache, pos, NH * HS, maxT, NH);
         return;
     }
-    layernorm_matmul_forward(qkv, scratch, inp, lnw, lnb, weight, bias, B, C, 3 * C, 0, stats);
-    attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
+    plain_attention_block_fc(x, fch, att, qkv, att_scratch, scratch, w, kcache, vcache, pos, B, maxT,
+                             NH, HS, stats, x_stats);
 }
 
 // rows [i * B / parts, (i + 1) * B / parts) are part i: parts of B / parts rows or one more

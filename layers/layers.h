@@ -208,19 +208,27 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
 int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
                             const floatX *weight, const floatX *bias, int N, int C, int OC,
                             float *stats);
-// The decode step's layernorm, QKV and attention: qkv (B, 3C) = layernorm(inp) @ weight^T + bias
-// as layernorm_matmul_forward (gelu 0), then att (B, C) = attention_decode_step(qkv, kcache,
-// vcache, pos) as above, C = NH * HS. On CUDA at B = 1 on Hopper (head size 64, C <= 1,792) it is
-// one kernel, each head a cluster of CTAs that computes its q, k and v, exchanges them in the
-// cluster's shared memory and attends (decode_qkv_attention_sm90.cu): then qkv is not written,
-// and att_scratch is not used. inp (B, C), lnw, lnb (C), weight (3C, C), bias (3C); stats as
-// layernorm_matmul_forward's; att_scratch: attention_decode_scratch_size bytes, scratch:
-// fused_scratch_size(B, C, 3C).
-void layernorm_qkv_attention_step(floatX *att, floatX *qkv, void *att_scratch, void *scratch,
-                                  const floatX *inp, const floatX *lnw, const floatX *lnb,
-                                  const floatX *weight, const floatX *bias, floatX *kcache,
-                                  floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
-                                  const float *stats);
+// One layer's weights as attention_block_fc_step takes them: the attention block's and the
+// MLP's first matmul's (gpt2.h's LayerParams has the same names)
+typedef struct {
+    const floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb;
+} DecodeBlockWeights;
+// A decode layer up to the MLP's projection, at B rows (C = NH * HS):
+//   qkv (B, 3C) = layernorm(x; ln1w, ln1b) @ qkvw^T + qkvb       as layernorm_matmul_forward
+//   att (B, C)  = attention_decode_step(qkv, kcache, vcache, pos) (the new k, v into the caches)
+//   x (B, C)   += att @ attprojw^T + attprojb                    as matmul_residual_forward
+//   fch (B, 4C) = gelu(layernorm(x; ln2w, ln2b) @ fcw^T + fcb)   as layernorm_matmul_forward
+// and those are the calls it makes, but on CUDA at B = 1 on Hopper (head size 64, C <= 1,792):
+// there it is two kernels (decode_block_sm90.cu), the first a cluster of CTAs a head that computes
+// its q, k, v, attends and multiplies its attention output by its columns of attprojw, the second
+// clusters that sum the heads' parts into x and go on to the FC; qkv is then not written, nor
+// att_scratch used. stats: x's row statistics or NULL, as layernorm_matmul_forward's; x_stats: a
+// ROW_STATS_FLOATS(B, C) buffer for the call's own (it may be stats); att_scratch:
+// attention_decode_scratch_size bytes; scratch: fused_scratch_size(B, C, 4C).
+void attention_block_fc_step(floatX *x, floatX *fch, floatX *att, floatX *qkv, void *att_scratch,
+                             void *scratch, const DecodeBlockWeights *w, floatX *kcache,
+                             floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
+                             const float *stats, float *x_stats);
 // How many parts of the batch the decode step's layers at B rows run as at once (gpt2_decode.c):
 // part 0, the first B / parts rows, on the main stream and each other on a branch
 // (dev_branch_begin), so that one part's attention streams the cache while another's matmuls

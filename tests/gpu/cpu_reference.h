@@ -4,8 +4,9 @@
 // cpu_floatX). The Makefile joins the CPU objects into one and prefixes every symbol it defines
 // (CPU_REF_OBJ, prefix_symbols); the same names, as #defines in the generated
 // cpu_reference_names.h, rename the declarations while those headers are read a second time
-// here. Nothing is copied: a new layer or a changed signature needs no edit. Include it after
-// the headers of the CUDA side.
+// here. Nothing is copied: a new layer or a changed signature needs no edit; a type those
+// headers define is renamed here by hand (cpu_DecodeBlockWeights: its pointers are to
+// cpu_floatX). Include it after the headers of the CUDA side.
 #ifndef CPU_REFERENCE_H
 #define CPU_REFERENCE_H
 
@@ -19,11 +20,13 @@
 #undef LAYERS_H
 #undef ATTENTION_H
 #define floatX cpu_floatX
+#define DecodeBlockWeights cpu_DecodeBlockWeights
 #include "cpu_reference_names.h"
 #include "../../attention/attention.h"
 #define CPU_REFERENCE_UNDEF
 #include "cpu_reference_names.h"
 #undef CPU_REFERENCE_UNDEF
+#undef DecodeBlockWeights
 #undef floatX
 #pragma pop_macro("FLOATX_NAME")
 #pragma pop_macro("BACKEND_CUDA")

@@ -55,9 +55,9 @@ static void test_attention_decode(unsigned long long *rng) {
     // 16 and 64) and one past them, lengths that are multiples of nothing, the whole cache
     // (B * NH >= 2 x 132 SMs puts each head in one block: the one-split kernel, at four head
     // sizes)
-    // (layernorm_qkv_attention_step at one row on Hopper, head size 64: one kernel, a cluster a
-    // head, at C = 768 (shape 0), 1,024 and 1,280, its three weight widths, and 256, a small
-    // model's; elsewhere the QKV matmul and attention_decode_step)
+    // (attention_block_fc_step at one row on Hopper, head size 64: two kernels of clusters, at
+    // C = 768 (shape 0), 1,024 and 1,280, their three weight widths, and 256, a small model's;
+    // elsewhere the plain calls)
     int shapes[][4] = {{1, 1024, 12, 64}, {4, 128, 4, 64}, {64, 512, 12, 64}, {2, 5000, 2, 128},
                        {3, 40, 2, 32}, {1, 300, 3, 80}, {1, 100, 2, 256}, {2, 70, 5, 8},
                        {24, 200, 24, 128}, {48, 130, 12, 80}, {96, 70, 6, 8}, {4, 1024, 12, 64},
@@ -87,9 +87,10 @@ static void test_attention_decode(unsigned long long *rng) {
         float *qkv = malloc((size_t)B * 3 * C * sizeof(float)), *kc2 = malloc(cache * sizeof(float));
         floatX *dqkv = dev_malloc((size_t)B * 3 * C * sizeof(floatX), "qkv");
         floatX *dk2 = dev_malloc(cache * sizeof(floatX), "k2"), *dv2 = dev_malloc(cache * sizeof(floatX), "v2");
-        // layernorm_qkv_attention_step's input x (B, C), layernorm (C) and QKV matmul: weight
-        // (3C, C), bias (3C); the plain layers' qkv (B, 3C) and their k, v rows (B, NH, HS)
-        float *hw = malloc((size_t)3 * C * C * sizeof(float)), *got = malloc(B * C * sizeof(float));
+        // attention_block_fc_step's input x (B, C), layernorm (C) and QKV matmul: weight (3C, C),
+        // bias (3C), then the projection (C, C), (C), the second layernorm, the FC (4C, C), (4C);
+        // the plain layers' qkv (B, 3C) and their k, v rows (B, NH, HS)
+        float *hw = malloc((size_t)4 * C * C * sizeof(float)), *got = malloc((size_t)B * 4 * C * sizeof(float));
         float *want = malloc((size_t)B * 3 * C * sizeof(float)), *row = malloc(B * C * sizeof(float));
         float *want_row = malloc(B * C * sizeof(float));
         test_fill(hw, (size_t)3 * C * C, 0.05f, rng);
@@ -100,10 +101,25 @@ static void test_attention_decode(unsigned long long *rng) {
         floatX *dx = upload_rounded(hw, (size_t)B * C);
         test_fill(hw, 2 * C, 1.0f, rng);
         floatX *dlnw = upload_rounded(hw, C), *dlnb = upload_rounded(hw + C, C);
+        test_fill(hw, (size_t)C * C, 0.05f, rng);
+        floatX *dpw = upload_rounded(hw, (size_t)C * C);
+        test_fill(hw, (size_t)4 * C * C, 0.05f, rng);
+        floatX *dfw = upload_rounded(hw, (size_t)4 * C * C);
+        test_fill(hw, 7 * C, 0.5f, rng);
+        floatX *dpb = upload_rounded(hw, C), *dfb = upload_rounded(hw + C, 4 * C);
+        floatX *dln2w = upload_rounded(hw + 5 * C, C), *dln2b = upload_rounded(hw + 6 * C, C);
+        DecodeBlockWeights bw = {dlnw, dlnb, dw, dbias, dpw, dpb, dln2w, dln2b, dfw, dfb};
+        floatX *dx2 = dev_malloc(B * C * sizeof(floatX), "x2"), *dxref = dev_malloc(B * C * sizeof(floatX), "xref");
+        floatX *dproj = dev_malloc(B * C * sizeof(floatX), "proj");
+        floatX *dfc = dev_malloc((size_t)B * 4 * C * sizeof(floatX), "fc");
+        floatX *dfch = dev_malloc((size_t)B * 4 * C * sizeof(floatX), "fch");
+        floatX *dfch2 = dev_malloc((size_t)B * 4 * C * sizeof(floatX), "fch2");
+        float *xstats = dev_malloc(ROW_STATS_FLOATS(B, C) * sizeof(float), "x stats");
+        float *xref = malloc(B * C * sizeof(float)), *fchref = malloc((size_t)B * 4 * C * sizeof(float));
         floatX *dln = dev_malloc(B * C * sizeof(floatX), "ln"), *dqkv2 = dev_malloc((size_t)B * 3 * C * sizeof(floatX), "qkv2");
         float *dstats = dev_malloc(2 * B * sizeof(float), "ln stats");
         floatX *datt = dev_malloc(B * C * sizeof(floatX), "att");
-        size_t fused_bytes = fused_scratch_size(B, C, 3 * C);
+        size_t fused_bytes = fused_scratch_size(B, C, 4 * C);
         void *dfused = dev_malloc(fused_bytes, "fused scratch");
         dev_memset_zero(dfused, fused_bytes);
         // (177 and 353 also put the new row where a round of the split before reaches past
@@ -165,14 +181,22 @@ static void test_attention_decode(unsigned long long *rng) {
                   (int)(bad / ((size_t)NH * maxT * HS)), (int)(bad / ((size_t)maxT * HS) % NH),
                   (int)(bad / HS % maxT), (int)(bad % HS), bad < cache ? kc2[bad] : 0.0f,
                   bad < cache ? (which[0] == 'k' ? kc : vc)[bad] : 0.0f);
-            // layernorm_qkv_attention_step against the plain layers: layernorm, the QKV matmul,
-            // then attention_decode_step as above; the caches as it left them but for the new
-            // position, whose k and v are the plain matmul's within its rounding
+            // attention_block_fc_step against the plain layers: layernorm, the QKV matmul, then
+            // attention_decode_step as above, the projection and the residual, layernorm, the FC
+            // and GELU; the caches as it left them but for the new position, whose k and v are the
+            // plain matmul's within its rounding
             layernorm_forward(dln, dstats, dstats + B, dx, dlnw, dlnb, B, C);
             matmul_forward(dqkv2, dln, dw, dbias, B, C, 3 * C);
             floatX_download(want, dqkv2, (size_t)B * 3 * C);
             attention_decode_step(dout, dscratch, dqkv2, dk2, dv2, dlen, B, maxT, NH, HS);
             floatX_download(o, dout, B * C);
+            matmul_forward(dproj, dout, dpw, dpb, B, C, C);
+            residual_forward(dxref, dx, dproj, (size_t)B * C);
+            floatX_download(xref, dxref, B * C);
+            layernorm_forward(dln, dstats, dstats + B, dxref, dln2w, dln2b, B, C);
+            matmul_forward(dfc, dln, dfw, dfb, B, C, 4 * C);
+            gelu_forward(dfch, dfc, (size_t)B * 4 * C);
+            floatX_download(fchref, dfch, (size_t)B * 4 * C);
             for (int b = 0; b < B; b++)
                 for (int h = 0; h < NH; h++) {
                     poison(dk2 + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
@@ -180,11 +204,19 @@ static void test_attention_decode(unsigned long long *rng) {
                 }
             poison(datt, B * C);
             poison(dqkv, (size_t)B * 3 * C);
-            layernorm_qkv_attention_step(datt, dqkv, dscratch, dfused, dx, dlnw, dlnb, dw, dbias, dk2,
-                                         dv2, dlen, B, maxT, NH, HS, NULL);
+            poison(dfch2, (size_t)B * 4 * C);
+            dev_copy(dx2, dx, B * C * sizeof(floatX));
+            attention_block_fc_step(dx2, dfch2, datt, dqkv, dscratch, dfused, &bw, dk2, dv2, dlen, B, maxT,
+                                    NH, HS, NULL, xstats);
             floatX_download(got, datt, B * C);
-            CHECK_CLOSE(got, o, (size_t)B * C, 1e-2, "layernorm_qkv_attention_step B=%d len=%d maxT=%d NH=%d HS=%d",
+            CHECK_CLOSE(got, o, (size_t)B * C, 1e-2, "attention_block_fc_step's att, B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
+            floatX_download(got, dx2, B * C);
+            CHECK_CLOSE(got, xref, (size_t)B * C, 1e-2, "attention_block_fc_step's x, B=%d len=%d maxT=%d NH=%d HS=%d",
+                        B, len, maxT, NH, HS);
+            floatX_download(got, dfch2, (size_t)B * 4 * C);
+            CHECK_CLOSE(got, fchref, (size_t)B * 4 * C, 2e-2, "attention_block_fc_step's fch, B=%d len=%d maxT=%d "
+                        "NH=%d HS=%d", B, len, maxT, NH, HS);
             for (int kv = 0; kv < 2; kv++) {   // the new position's k (kv 0) and v (1)
                 floatX *dcache = kv ? dv2 : dk2;
                 float *orig = kv ? vc : kc;
@@ -202,14 +234,17 @@ static void test_attention_decode(unsigned long long *rng) {
                             memcpy(want_row + (b * NH + h) * HS, want + (size_t)b * 3 * C + (kv + 1) * C + h * HS,
                                    HS * sizeof(float));
                         }
-                CHECK(others, "layernorm_qkv_attention_step writes the %s cache at position %d only (B=%d "
+                CHECK(others, "attention_block_fc_step writes the %s cache at position %d only (B=%d "
                       "maxT=%d NH=%d HS=%d)", kv ? "v" : "k", len - 1, B, maxT, NH, HS);
-                CHECK_CLOSE(row, want_row, (size_t)B * C, 1e-2, "layernorm_qkv_attention_step's new %s row, "
+                CHECK_CLOSE(row, want_row, (size_t)B * C, 1e-2, "attention_block_fc_step's new %s row, "
                             "B=%d len=%d NH=%d HS=%d", kv ? "v" : "k", B, len, NH, HS);
             }
         }
         dev_free(dw); dev_free(dbias); dev_free(dx); dev_free(dlnw); dev_free(dlnb); dev_free(dln);
         dev_free(dqkv2); dev_free(dstats); dev_free(datt); dev_free(dfused);
+        dev_free(dpw); dev_free(dfw); dev_free(dpb); dev_free(dfb); dev_free(dln2w); dev_free(dln2b);
+        dev_free(dx2); dev_free(dxref); dev_free(dproj); dev_free(dfc); dev_free(dfch); dev_free(dfch2);
+        dev_free(xstats); free(xref); free(fchref);
         free(hw); free(got); free(want); free(row); free(want_row);
         dev_free(dq); dev_free(dk); dev_free(dv); dev_free(dout); dev_free(dlen); dev_free(dscratch);
         dev_free(dqkv); dev_free(dk2); dev_free(dv2);

@@ -1,0 +1,531 @@
+// decode_block_sm90.cu: a decode layer's attention block and the MLP's first matmul at one row on
+// Hopper, as two kernels, each a grid of thread-block clusters:
+//   qkv_attention_kernel  layernorm + QKV + attention + the attention projection's part of each
+//                         head: a cluster of kRanks CTAs a head
+//   residual_fc_kernel    the projection's parts summed + bias + residual, layernorm + FC + GELU:
+//                         clusters of kRanks CTAs, each cluster the whole row
+// (the MLP's projection after them is fused.cu's GEMV).
+//
+// Why: at batch 1 a decode step's time is its kernel boundaries and each kernel's chain of
+// latencies after its wait, not its bytes (docs/PERF.md, thirteenth session: the QKV GEMV 2.2 us
+// on the step's path, the attention kernel after it 2.4 us for some 100 KB a head). But the
+// attention of head h needs only head h's q, k and v, 192 of the QKV's 3C outputs. So the 8 CTAs
+// of head h's cluster compute those 192 (24 each, with the GEMV's plan, fused.cu: the weights
+// loaded before pdl_wait, the row layer-normed in shared memory, a warp's 4 sums reduced
+// together), give them to each other through the cluster's shared memory, and attend to the
+// cache's positions split 8 ways; rank 0 merges the 8 partial results into the head's 64
+// outputs. No grid-wide boundary between the QKV and the attention, no partial results through
+// L2. The exchanges are st.async stores that complete on the receiver's mbarrier: with a cluster
+// barrier for each (whose arrival releases the CTA's global stores too) the kernel was 4.3 us on
+// the path, with these 3.4, and the QKV GEMV alone 2.2 (docs/PERF.md, twenty-sixth session: batch
+// 1 5.8K -> 6.6K tokens/s).
+// The attention projection (C outputs from all the heads' 64) was a GEMV kernel of its own, 1.8
+// us on the path. Now rank 0 hands the head's 64 outputs to its ranks, and each rank multiplies
+// them by its C / 8 rows of the projection's 64 columns of head h (prefetched into shared memory
+// before the wait): the head's part of the projection, (NH, C) fp32 partials in all. The kernel
+// after it sums them: each of its clusters' ranks sums the NH parts of its eighth of the row (in
+// head order: the same bits every run), adds the bias and the residual, and hands its eighth to
+// every rank of its cluster, so each CTA has the whole new row for the layernorm and its FC rows
+// without a grid-wide boundary (docs/PERF.md, twenty-seventh session).
+//
+// qkv_attention_kernel, head h, rank r of the cluster (6 warps; w: warp):
+//   before pdl_wait  the weight rows of outputs i = 24 r + 4 w + (0..3) of the head's [q | k | v]
+//                    (row (i / 64) C + 64 h + i % 64 of the QKV matrix), their biases, the
+//                    layernorm's weights; the first round of the cache rows of the rank's
+//                    positions [r chunk, (r + 1) chunk), chunk = ceil(len / 8); cp.async of the
+//                    projection's rows [r C / 8, (r + 1) C / 8), columns [64 h, 64 h + 64)
+//   after it         inp -> shared memory (head 0's cluster also copies it to x_in, the
+//                    residual for the kernel after); warp 0 layer-norms it in place; the
+//                    products; lane 8k of warp w holds output i = 24 r + 4 w + k: bf16(sum +
+//                    bias), two by two, into every rank's head_qkv[i] (st.async into
+//                    distributed shared memory, completing on the receiver's barrier), and for
+//                    k and v into the caches at the new position
+//   qkv_full         every rank holds the head's q, k, v (each waits on its own barrier)
+//   attention        the rank's positions as decode_attention.cu's split kernel takes a split:
+//                    a group of 8 lanes a cache row (8 channels a lane), kRows rows a group a
+//                    round, the next round's loads in flight during this one's math, the online
+//                    softmax in the exp2 domain; the new position's k, v from head_qkv; the
+//                    groups merged by shuffles, the warps through shared memory
+//   part_full        rank r's (acc, m, l) in rank 0's part[r] (st.async again)
+//   rank 0           out = sum_r acc_r 2^(m_r - M) / sum_r l_r 2^(m_r - M), M = max_r m_r, rounded
+//                    to bf16 -> att, and to every rank's head_att (st.async)
+//   att_full         each rank: partials[h][o] = sum_e proj[o][64 h + e] att[e] for its C / 8
+//                    outputs o, 8 lanes a row
+// Numerics: the QKV outputs are gemv_kernel's (the same products and sums in the same order, so
+// the same bits at C = 768); the attention sums in another order than the split kernel's; the
+// projection sums each head's 64 products, then the heads in order, where the GEMV summed the C
+// products in its own order; the layernorm and the FC are gemv_kernel's.
+#include <cooperative_groups.h>
+#include <math.h>
+
+#include "../attention/flash_tile.cuh"   // kLog2e, SoftmaxRow, mbarriers, clusters, store_to_cta
+#include "../runtime/cuda_common.cuh"
+#include "decode_attention.cuh"
+#include "decode_block_sm90.h"
+#include "gelu.cuh"
+#include "gemv.cuh"
+
+namespace cg = cooperative_groups;
+
+// Build with -DDECODE_BLOCK=0 to leave batch 1 to the GEMVs and the split attention kernel, to
+// time against
+#ifndef DECODE_BLOCK
+#define DECODE_BLOCK 1
+#endif
+
+namespace {
+
+constexpr int kHS = 64;                      // the head size this kernel is written for
+constexpr int kRanks = 8;                    // CTAs of a head's cluster (the portable limit)
+constexpr int kWarps = 6, kThreads = 32 * kWarps;
+constexpr int kR = 4;                        // QKV outputs a warp (warp_reduce_scatter: a power of 2)
+static_assert(kRanks * kWarps * kR == 3 * kHS, "the cluster's warps cover the head's q, k, v");
+constexpr int kMaxKC = 7;                    // 16-byte chunks of a weight row a lane: C <= 1,792
+constexpr int kG = kHS / 8;                  // lanes a cache row, 8 channels each
+constexpr int kGroups = kThreads / kG;       // cache rows a round takes side by side
+constexpr int kRows = 4;                     // cache rows a group a round, loaded together
+constexpr int kRound = kGroups * kRows;      // positions a round
+
+// the projection's rows a rank multiplies: C / kRanks, at most 32 KC (C <= KC * 256)
+constexpr int kProjRowsPerChunk = 32;
+// outputs of qkv_attention_kernel's rank r of head h's cluster: its eighth of head h's part of the
+// projection, partials[h][r C / 8 + o], o < C / 8
+
+struct Args {
+    bf16 *att;                     // (NH * 64)
+    bf16 *x_in;                    // (C): inp as read, the residual of the kernel after
+    float *partials;               // (NH, C): each head's part of the attention projection
+    const bf16 *inp, *lnw, *lnb;   // (C)
+    const bf16 *weight, *bias;     // (3C, C), (3C)
+    const bf16 *proj;              // (C, C): the attention projection's weight
+    bf16 *kcache, *vcache;         // (NH, maxT, 64)
+    const int *pos;                // the new token's position: len = *pos + 1
+    int C, maxT;
+    float scale_log2;              // log2(e) / sqrt(64)
+};
+
+// KC: 16-byte chunks of a weight row a lane (C <= KC * 256); FULL: C == KC * 256, so the chunk
+// bounds fold away (as gemv_kernel's FULL)
+template <int KC, bool FULL>
+__global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
+    const cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank(), h = blockIdx.x / kRanks;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int C = FULL ? KC * 256 : a.C, nchunks = C / 8;
+    __shared__ int4 xs[KC * 32];                       // the row, then layer-normed
+    __shared__ __align__(16) bf16 head_qkv[3 * kHS];   // the head's q, k, v: every rank's outputs
+    __shared__ float part[kRanks][kHS + 2];            // rank 0: each rank's acc, m, l
+    __shared__ float warp_m[kWarps], warp_l[kWarps], warp_acc[kWarps][kHS];
+    __shared__ __align__(16) bf16 head_att[kHS];       // the head's attention output, from rank 0
+    __shared__ int4 proj[kProjRowsPerChunk * KC][kHS / 8];   // the rank's rows of the projection's head-h columns
+    // head_qkv, part and head_att are written by the cluster's CTAs with st.async, each completing
+    // its bytes on the receiver's barrier: the receiver waits on its own barrier, with no cluster barrier
+    // (whose release would also wait for this CTA's global stores)
+    __shared__ uint64_t qkv_full, part_full, att_full;
+    if (threadIdx.x == 0) {
+        mbar_init(&qkv_full, 1);
+        mbar_init(&part_full, 1);
+        mbar_init(&att_full, 1);
+        mbar_fence_init();
+        mbar_arrive_expect_tx(&qkv_full, 3 * kHS * sizeof(bf16));
+        if (rank == 0) mbar_arrive_expect_tx(&part_full, kRanks * (kHS + 2) * sizeof(float));
+        mbar_arrive_expect_tx(&att_full, kHS * sizeof(bf16));
+    }
+    cluster_arrive_relaxed();   // this CTA runs, its barriers set: the others may write to it (after their wait)
+
+    // ---- before the wait: the warp's weight rows, their biases, the layernorm's weights (at
+    // K <= 768, as gemv_kernel), the first round of the rank's cache rows (earlier steps wrote
+    // them)
+    const int i0 = (rank * kWarps + warp) * kR;   // the warp's first output of the head's 192
+    int4 w[kR][KC];
+    float bias[kR];
+#pragma unroll
+    for (int r = 0; r < kR; r++) {
+        const int i = i0 + r, row = (i / kHS) * C + h * kHS + i % kHS;
+#pragma unroll
+        for (int j = 0; j < KC; j++) {
+            const int c = j * 32 + lane;
+            w[r][j] = make_int4(0, 0, 0, 0);
+            if (FULL || c < nchunks) w[r][j] = load_streaming(a.weight + (size_t)row * C + c * 8);
+        }
+        bias[r] = __bfloat162float(a.bias[row]);
+    }
+    constexpr bool kLnEarly = KC <= 3;
+    int4 lnw[KC], lnb[KC];
+#pragma unroll
+    for (int j = 0; j < KC; j++) {
+        const int c = j * 32 + lane;
+        lnw[j] = lnb[j] = make_int4(0, 0, 0, 0);
+        if (kLnEarly && (FULL || c < nchunks)) {
+            lnw[j] = *reinterpret_cast<const int4 *>(a.lnw + c * 8);
+            lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
+        }
+    }
+    const int len = *a.pos + 1, new_pos = len - 1;   // the host wrote the position before the step
+    const int chunk = (len + kRanks - 1) / kRanks;
+    const int start = rank * chunk, end = min(start + chunk, len);
+    const int member = lane % kG, group = threadIdx.x / kG;
+    const size_t head = (size_t)h * a.maxT * kHS + member * 8;   // + s * 64: position s
+    // a round: group g takes rows base + r * kGroups + g, r < kRows; the new position is not in
+    // the cache yet (head_qkv holds it)
+    int4 k_raw[kRows], v_raw[kRows];
+    auto load_round = [&](int base) {
+#pragma unroll
+        for (int r = 0; r < kRows; r++) {
+            const int s = base + r * kGroups + group;
+            k_raw[r] = v_raw[r] = make_int4(0, 0, 0, 0);
+            if (s < end && s != new_pos) {
+                k_raw[r] = *reinterpret_cast<const int4 *>(a.kcache + head + (size_t)s * kHS);
+                v_raw[r] = *reinterpret_cast<const int4 *>(a.vcache + head + (size_t)s * kHS);
+            }
+        }
+    };
+    if (start < end) load_round(start);
+    // the rank's rows of the projection, columns of head h, into shared memory (used last)
+    const int proj_rows = C / kRanks;
+    for (int i = threadIdx.x; i < proj_rows * (kHS / 8); i += kThreads) {
+        const int o = i / (kHS / 8), m = i % (kHS / 8);
+        cp_async_16(smem_addr(&proj[o][m]), a.proj + (size_t)(rank * proj_rows + o) * C + h * kHS + m * 8, true);
+    }
+    cp_async_commit();
+    pdl_launch_dependents();
+    pdl_wait();
+
+    // ---- layernorm + QKV: the row into shared memory (the kernel before just wrote it), warp 0
+    // normalises it, each warp's 4 outputs
+    for (int c = threadIdx.x; c < nchunks; c += kThreads) {
+        const int4 v = __ldcg(reinterpret_cast<const int4 *>(a.inp) + c);
+        xs[c] = v;
+        if (h == 0 && c % kRanks == rank) reinterpret_cast<int4 *>(a.x_in)[c] = v;   // (one copy)
+    }
+    __syncthreads();
+    if (warp == 0) layernorm_row<KC, kLnEarly>(xs, a.lnw, a.lnb, C, nchunks, lnw, lnb, lane);
+    __syncthreads();
+    float sums[kR] = {};
+#pragma unroll
+    for (int j = 0; j < KC; j++) {
+        const int c = j * 32 + lane;
+        if (!FULL && c >= nchunks) break;
+        float xv[8], wf[kR][8];
+        unpack_bf16<8>(xv, xs[c]);
+#pragma unroll
+        for (int r = 0; r < kR; r++) unpack_bf16<8>(wf[r], w[r][j]);
+#pragma unroll
+        for (int r = 0; r < kR; r++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) sums[r] += wf[r][k] * xv[k];
+    }
+    const int my_r = lane / (32 / kR);   // after the reduction lane l holds output i0 + l / 8
+    float my_bias = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kR; r++)
+        if (r == my_r) my_bias = bias[r];
+    const float sum = warp_reduce_scatter<kR>(sums, lane);
+    // outputs i0 + my_r in pairs, 4 bytes a store: lane 0 (outputs 0, 1 of the warp's 4) and 16
+    // (2, 3) take their neighbour's from lane 8 and 24
+    const uint32_t mine = __bfloat16_as_ushort(__float2bfloat16_rn(sum + my_bias));
+    const uint32_t pair = mine | __shfl_down_sync(0xffffffffu, mine, 32 / kR) << 16;
+    cluster_wait();   // every CTA of the cluster runs, its barriers set
+    if (lane % (2 * 32 / kR) == 0) {
+        const int i = i0 + my_r;   // even: the pair is 4-byte aligned, and never straddles q, k, v
+        const uint32_t dst = smem_addr(head_qkv + i), bar = smem_addr(&qkv_full);
+#pragma unroll
+        for (int d = 0; d < kRanks; d++) store_to_cta(cluster_map(dst, d), pair, cluster_map(bar, d));
+        if (i >= kHS)   // the new k or v into the cache
+            *reinterpret_cast<uint32_t *>((i < 2 * kHS ? a.kcache : a.vcache) + (size_t)h * a.maxT * kHS +
+                                          (size_t)new_pos * kHS + i % kHS) = pair;
+    }
+    mbar_wait(&qkv_full, 0);   // the head's q, k, v, from every rank
+
+    // ---- the attention over the rank's positions (decode_attention.cu's split kernel, a round
+    // at a time: the next round's loads issued before this one's math)
+    float qv[8], acc[8] = {};
+    unpack_bf16<8>(qv, reinterpret_cast<const int4 *>(head_qkv)[member]);
+#pragma unroll
+    for (int i = 0; i < 8; i++) qv[i] *= a.scale_log2;
+    const int4 new_k = reinterpret_cast<const int4 *>(head_qkv + kHS)[member];
+    const int4 new_v = reinterpret_cast<const int4 *>(head_qkv + 2 * kHS)[member];
+    float running_max = -INFINITY, running_sum = 0.0f;   // the group's row of the online softmax
+    for (int base = start; base < end; base += kRound) {   // block-uniform: the shuffles need every lane
+        int4 k_cur[kRows], v_cur[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; r++) { k_cur[r] = k_raw[r]; v_cur[r] = v_raw[r]; }
+        if (base + kRound < end) load_round(base + kRound);
+        bool valid[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; r++) {
+            const int s = base + r * kGroups + group;
+            valid[r] = s < end;
+            if (s == new_pos) { k_cur[r] = new_k; v_cur[r] = new_v; }
+        }
+        // at a short span most of a round's rows hold no position of this rank (at 128-384
+        // positions, 16-48 of the round's 96): skipped
+        decode_round<kG, kRows>(qv, k_cur, v_cur, valid, running_max, running_sum, acc,
+                                (end - base + kGroups - 1) / kGroups);
+    }
+    const float warp_max = merge_warp_groups<kG>(running_max, running_sum, acc);   // the warp's groups
+    const float warp_sum = running_sum;
+    if (lane < kG) {
+        if (lane == 0) { warp_m[warp] = warp_max; warp_l[warp] = warp_sum; }
+#pragma unroll
+        for (int i = 0; i < 8; i++) warp_acc[warp][member * 8 + i] = acc[i];
+    }
+    __syncthreads();
+    // the CTA's (acc, m, l) from its warps', into rank 0's part[rank]: thread e < 64 channel e
+    if (threadIdx.x < kHS) {
+        const int e = threadIdx.x;
+        float m, l;
+        const float o = merge_parts<kWarps>([&](int k) { return warp_m[k]; }, [&](int k) { return warp_l[k]; },
+                                            [&](int k) { return warp_acc[k][e]; }, m, l);
+        const uint32_t dst = cluster_map(smem_addr(&part[rank][0]), 0), bar = cluster_map(smem_addr(&part_full), 0);
+        store_to_cta(dst + 4 * e, __float_as_uint(o), bar);
+        if (e == 0) {
+            store_to_cta(dst + 4 * kHS, __float_as_uint(m), bar);
+            store_to_cta(dst + 4 * (kHS + 1), __float_as_uint(l), bar);
+        }
+    }
+    // ---- rank 0: the ranks' parts merged (a rank past len has m = -inf and weighs 0; rank 0
+    // holds position 0, so M is finite), to att and to every rank's head_att, two by two. Rank 0
+    // waits for every rank's part, so its shared memory outlives their stores; each rank waits
+    // for head_att, so its own outlives rank 0's
+    if (rank == 0 && threadIdx.x < kHS) {
+        mbar_wait(&part_full, 0);
+        const int e = threadIdx.x;
+        float M, L;
+        const float o = merge_parts<kRanks>([&](int r) { return part[r][kHS]; }, [&](int r) { return part[r][kHS + 1]; },
+                                            [&](int r) { return part[r][e]; }, M, L);
+        const bf16 out = __float2bfloat16_rn(o / L);
+        a.att[h * kHS + e] = out;
+        const uint32_t mine = __bfloat16_as_ushort(out);
+        const uint32_t pair = mine | __shfl_down_sync(0xffffffffu, mine, 1) << 16;   // (threads < 64: whole warps)
+        if (e % 2 == 0) {
+            const uint32_t dst = smem_addr(head_att + e), bar = smem_addr(&att_full);
+#pragma unroll
+            for (int d = 0; d < kRanks; d++) store_to_cta(cluster_map(dst, d), pair, cluster_map(bar, d));
+        }
+    }
+
+    // ---- the head's part of the projection: the rank's outputs o = p * kThreads / 8 + thread / 8,
+    // lane m of 8 taking channels [8 m, 8 m + 8) of the head's 64
+    cp_async_wait<0>();
+    __syncthreads();   // every thread's rows of proj landed
+    mbar_wait(&att_full, 0);
+    const int m = lane % 8;
+    float av[8];
+    unpack_bf16<8>(av, reinterpret_cast<const int4 *>(head_att)[m]);
+    constexpr int kRowsAPass = kThreads / 8, kPasses = (kProjRowsPerChunk * KC + kRowsAPass - 1) / kRowsAPass;
+    float ps[kPasses];
+#pragma unroll
+    for (int p = 0; p < kPasses; p++) {
+        const int o = p * kRowsAPass + threadIdx.x / 8;
+        ps[p] = 0.0f;
+        if (o < proj_rows) {
+            float wv[8];
+            unpack_bf16<8>(wv, proj[o][m]);
+#pragma unroll
+            for (int k = 0; k < 8; k++) ps[p] += wv[k] * av[k];
+        }
+    }
+#pragma unroll
+    for (int p = 0; p < kPasses; p++) {
+#pragma unroll
+        for (int offset = 4; offset >= 1; offset >>= 1) ps[p] += __shfl_xor_sync(0xffffffffu, ps[p], offset);
+        const int o = p * kRowsAPass + threadIdx.x / 8;
+        if (m == 0 && o < proj_rows) a.partials[(size_t)h * C + rank * proj_rows + o] = ps[p];
+    }
+}
+
+// ---- residual_fc_kernel: the projection's parts summed, + bias + residual, layernorm + FC + GELU ----
+// A CTA: 4 warps, each R = 4 rows of the FC matrix with gemv_kernel's plan (fused.cu: weights in
+// registers before the wait, lanes across K, the 4 sums reduced together), 16 rows a CTA, so C / 4
+// CTAs; clusters of kRanks. Rank r of each cluster makes the slice [r C / 8, (r + 1) C / 8) of the
+// new row: x_in + bf16(sum_h partials[h] + bias), each sum over the heads in order, and stores it
+// into every rank's row (st.async, completing on the receiver's barrier); cluster 0 also writes
+// it to x. Then as gemv_kernel: warp 0 layer-norms the row in place, the products, GELU.
+constexpr int kFcWarps = 4, kFcThreads = 32 * kFcWarps, kFcR = 4;
+constexpr int kFcRowsPerCta = kFcWarps * kFcR;
+
+struct FcArgs {
+    bf16 *x;                      // (C): the residual stream; its new row written by cluster 0
+    bf16 *fch;                    // (4C): gelu(layernorm(x) @ weight^T + bias)
+    const float *partials;        // (NH, C): qkv_attention_kernel's parts of the projection
+    const bf16 *x_in;             // (C): x before this layer's attention block
+    const bf16 *proj_bias;        // (C)
+    const bf16 *lnw, *lnb;        // (C)
+    const bf16 *weight, *bias;    // (4C, C), (4C)
+    int C;
+};
+
+template <int KC, bool FULL>
+__global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a) {
+    const cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int C = FULL ? KC * 256 : a.C, nchunks = C / 8, NH = C / kHS, slice = C / kRanks;
+    __shared__ int4 xs[KC * 32];   // the new row, from every rank of the cluster; then layer-normed
+    __shared__ uint64_t x_full;
+    if (threadIdx.x == 0) {
+        mbar_init(&x_full, 1);
+        mbar_fence_init();
+        mbar_arrive_expect_tx(&x_full, C * sizeof(bf16));
+    }
+    cluster_arrive_relaxed();   // this CTA runs, its barrier set
+
+    // ---- before the wait: the warp's FC rows, their biases, the layernorm's weights, the
+    // projection's bias of the rank's slice
+    const int row0 = (blockIdx.x * kFcWarps + warp) * kFcR;
+    int4 w[kFcR][KC];
+    float bias[kFcR];
+#pragma unroll
+    for (int r = 0; r < kFcR; r++) {
+#pragma unroll
+        for (int j = 0; j < KC; j++) {
+            const int c = j * 32 + lane;
+            w[r][j] = make_int4(0, 0, 0, 0);
+            if (FULL || c < nchunks) w[r][j] = load_streaming(a.weight + (size_t)(row0 + r) * C + c * 8);
+        }
+        bias[r] = __bfloat162float(a.bias[row0 + r]);
+    }
+    constexpr bool kLnEarly = KC <= 3;
+    int4 lnw[KC], lnb[KC];
+#pragma unroll
+    for (int j = 0; j < KC; j++) {
+        const int c = j * 32 + lane;
+        lnw[j] = lnb[j] = make_int4(0, 0, 0, 0);
+        if (kLnEarly && (FULL || c < nchunks)) {
+            lnw[j] = *reinterpret_cast<const int4 *>(a.lnw + c * 8);
+            lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
+        }
+    }
+    constexpr int kSlice = (kProjRowsPerChunk * KC + kFcThreads - 1) / kFcThreads;   // slice channels a thread
+    float pbias[kSlice];
+#pragma unroll
+    for (int i = 0; i < kSlice; i++) {
+        const int t = threadIdx.x + i * kFcThreads;
+        pbias[i] = t < slice ? __bfloat162float(a.proj_bias[rank * slice + t]) : 0.0f;
+    }
+    pdl_launch_dependents();
+    pdl_wait();
+
+    // ---- the rank's slice of the new row (every head's part in flight at once), two by two into
+    // every rank's row
+    float sum[kSlice], residual[kSlice];
+#pragma unroll
+    for (int i = 0; i < kSlice; i++) {
+        const int t = threadIdx.x + i * kFcThreads, c = rank * slice + t;
+        sum[i] = residual[i] = 0.0f;
+        if (t >= slice) continue;
+        residual[i] = __bfloat162float(__ldcg(a.x_in + c));
+#pragma unroll
+        for (int h = 0; h < 4 * KC; h++) {   // NH = C / 64 <= 4 KC
+            if (!FULL && h >= NH) break;
+            sum[i] += __ldcg(a.partials + (size_t)h * C + c);
+        }
+    }
+    cluster_wait();   // every CTA of the cluster runs, its barrier set
+#pragma unroll
+    for (int i = 0; i < kSlice; i++) {
+        const int t = threadIdx.x + i * kFcThreads, c = rank * slice + t;
+        // as fused.cu's kBiasResidual epilogue: the product rounded, then the residual added
+        const uint32_t mine = __bfloat16_as_ushort(__float2bfloat16_rn(residual[i] + round_bf16(sum[i] + pbias[i])));
+        const uint32_t pair = mine | __shfl_down_sync(0xffffffffu, mine, 1) << 16;
+        if (t >= slice || t % 2) continue;   // (slice is a multiple of 8: pairs never straddle it)
+        const uint32_t dst = smem_addr(reinterpret_cast<bf16 *>(xs) + c), bar = smem_addr(&x_full);
+#pragma unroll
+        for (int d = 0; d < kRanks; d++) store_to_cta(cluster_map(dst, d), pair, cluster_map(bar, d));
+        if (blockIdx.x < kRanks) *reinterpret_cast<uint32_t *>(a.x + c) = pair;   // cluster 0
+    }
+    mbar_wait(&x_full, 0);   // the whole row
+
+    // ---- layernorm + FC + GELU, as gemv_kernel's kLayernorm input and kBiasGelu epilogue
+    if (warp == 0) layernorm_row<KC, kLnEarly>(xs, a.lnw, a.lnb, C, nchunks, lnw, lnb, lane);
+    __syncthreads();
+    float sums[kFcR] = {};
+#pragma unroll
+    for (int j = 0; j < KC; j++) {
+        const int c = j * 32 + lane;
+        if (!FULL && c >= nchunks) break;
+        float xv[8], wf[kFcR][8];
+        unpack_bf16<8>(xv, xs[c]);
+#pragma unroll
+        for (int r = 0; r < kFcR; r++) unpack_bf16<8>(wf[r], w[r][j]);
+#pragma unroll
+        for (int r = 0; r < kFcR; r++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) sums[r] += wf[r][k] * xv[k];
+    }
+    const int my_r = lane / (32 / kFcR);   // after the reduction lane l holds row row0 + l / 8
+    float my_bias = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kFcR; r++)
+        if (r == my_r) my_bias = bias[r];
+    const float v = warp_reduce_scatter<kFcR>(sums, lane);
+    if (lane % (32 / kFcR) == 0) a.fch[row0 + my_r] = __float2bfloat16_rn(gelu_value(round_bf16(v + my_bias)));
+}
+
+template <int KC>
+void launch(const Args &a, const FcArgs &f, int NH) {
+    const bool full = a.C == KC * 256;
+    void (*kernel)(Args) = full ? qkv_attention_kernel<KC, true> : qkv_attention_kernel<KC, false>;
+    launch_pdl_cluster(kernel, NH * kRanks, kThreads, 0, kRanks, a);
+    LAUNCH_CHECK();
+    void (*fc)(FcArgs) = full ? residual_fc_kernel<KC, true> : residual_fc_kernel<KC, false>;
+    launch_pdl_cluster(fc, 4 * a.C / kFcRowsPerCta, kFcThreads, 0, kRanks, f);
+    LAUNCH_CHECK();
+}
+
+}  // namespace
+
+// the scratch: x_in (C), then partials (NH, C) fp32 on a 256-byte boundary, for any C it takes
+constexpr size_t kXInBytes = (kMaxKC * 256 * sizeof(bf16) + 255) / 256 * 256;
+
+size_t decode_block_sm90_scratch_size(void) {
+    return kXInBytes + (size_t)(kMaxKC * 256 / kHS) * kMaxKC * 256 * sizeof(float);
+}
+
+bool decode_block_sm90_fits(int B, int C, int NH, int HS, const DecodeBlockWeights *w, const void *x,
+                            const void *kcache, const void *vcache) {
+    return DECODE_BLOCK && cuda_is_sm90() && B == 1 && HS == kHS && C == NH * HS && C <= kMaxKC * 256 &&
+           w->qkvb && w->attprojb && w->fcb && is_aligned16(x) && is_aligned16(w->ln1w) &&
+           is_aligned16(w->ln1b) && is_aligned16(w->qkvw) && is_aligned16(w->attprojw) &&
+           is_aligned16(w->ln2w) && is_aligned16(w->ln2b) && is_aligned16(w->fcw) &&
+           is_aligned16(kcache) && is_aligned16(vcache);
+}
+
+void decode_block_sm90(floatX *x, floatX *fch, floatX *att, void *scratch, const DecodeBlockWeights *w,
+                       floatX *kcache, floatX *vcache, const int *pos, int C, int maxT, int NH) {
+    if (!decode_block_sm90_fits(1, C, NH, C / NH, w, x, kcache, vcache) || !is_aligned16(scratch))
+        die("decode_block_sm90: a call it does not take (C=%d, NH=%d)", C, NH);
+    bf16 *x_in = (bf16 *)scratch;
+    float *partials = (float *)((char *)scratch + kXInBytes);
+    Args a = {};
+    a.att = BF(att);
+    a.x_in = x_in;
+    a.partials = partials;
+    a.inp = CBF(x);
+    a.lnw = CBF(w->ln1w);
+    a.lnb = CBF(w->ln1b);
+    a.weight = CBF(w->qkvw);
+    a.bias = CBF(w->qkvb);
+    a.proj = CBF(w->attprojw);
+    a.kcache = BF(kcache);
+    a.vcache = BF(vcache);
+    a.pos = pos;
+    a.C = C;
+    a.maxT = maxT;
+    a.scale_log2 = kLog2e / sqrtf((float)kHS);
+    FcArgs f = {};
+    f.x = BF(x);
+    f.fch = BF(fch);
+    f.partials = partials;
+    f.x_in = x_in;
+    f.proj_bias = CBF(w->attprojb);
+    f.lnw = CBF(w->ln2w);
+    f.lnb = CBF(w->ln2b);
+    f.weight = CBF(w->fcw);
+    f.bias = CBF(w->fcb);
+    f.C = C;
+    if (C <= 3 * 256) launch<3>(a, f, NH);
+    else if (C <= 4 * 256) launch<4>(a, f, NH);
+    else launch<kMaxKC>(a, f, NH);
+}
