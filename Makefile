@@ -42,7 +42,7 @@ CFLAGS = $(OPT) -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unu
 LDFLAGS = $(EXTRA_LDFLAGS)
 LDLIBS = -lm -lgomp
 # NVCC_ARCH: the target of device code; attention/flash_sm90.cu, layers/decode_gemm_sm90.cu and
-# layers/decode_block_sm90.cu always get sm_90a (their rule below)
+# layers/decode_layers_sm90.cu always get sm_90a (their rule below)
 NVCC_ARCH = -arch=$(CUDA_ARCH)
 NVCCFLAGS = -O3 $(NVCC_ARCH) --use_fast_math -std=c++17 -DBACKEND_CUDA -MMD -MP \
             -Xcompiler -Wall,-Wno-unused-parameter $(EXTRA_NVCCFLAGS)
@@ -162,7 +162,7 @@ $(CPU_REF_NAMES): $(CPU_REF_OBJ)
 	     END { printf "#ifndef CPU_REFERENCE_UNDEF\n%s#else\n%s#endif\n", def, undef }' $<.syms > $@
 # wgmma and setmaxnreg exist only for sm_90a (the -arch=sm_90a shorthand fails with nvcc 13.0);
 # clusters from sm_90, which a CUDA_ARCH of sm_80 would not give
-$(BUILD)/attention/flash_sm90.cu.o $(BUILD)/layers/decode_gemm_sm90.cu.o $(BUILD)/layers/decode_block_sm90.cu.o: NVCC_ARCH = -gencode=arch=compute_90a,code=sm_90a
+$(BUILD)/attention/flash_sm90.cu.o $(BUILD)/layers/decode_gemm_sm90.cu.o $(BUILD)/layers/decode_layers_sm90.cu.o: NVCC_ARCH = -gencode=arch=compute_90a,code=sm_90a
 # the flash backend is both files: its prefixed object (the tests' and benchmarks' copy) joins them
 $(BUILD)/prefixed/attention/flash.cu.o: $(BUILD)/attention/flash_sm90.cu.o
 

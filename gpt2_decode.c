@@ -7,13 +7,13 @@
 //                fused calls (layers.h): per layer layernorm + QKV, the attention of the new
 //                query against the cache (attention_decode_step, which writes the new key and
 //                value into the cache first, so the token attends to itself as causality
-//                wants), attention projection + residual, layernorm + FC + GELU (the four in
-//                attention_block_fc_step), FC projection + residual; then the final layernorm +
-//                LM head + argmax. On CUDA at a few rows each is one kernel (fused.cu,
-//                decode_attention.cu), 5 a layer where the plain layers took 12, and at one row
-//                on Hopper 3 (layernorm, QKV, the attention and each head's part of its
-//                projection in one, the parts' sum, layernorm and FC in another:
-//                decode_block_sm90.cu); with more rows they are the
+//                wants), attention projection + residual, layernorm + FC + GELU, FC projection
+//                + residual (all the layers one call, decode_layers_step); then the final
+//                layernorm + LM head + argmax. On CUDA at a few rows each is one kernel
+//                (fused.cu, decode_attention.cu), 5 a layer where the plain layers took 12, and
+//                at one row on Hopper 2 (layernorm, QKV, the attention and each head's part of
+//                its projection in one; the parts' sum, layernorm, FC and the FC projection's
+//                parts in another: decode_layers_sm90.cu); with more rows they are the
 //                plain layers or Hopper's wgmma kernels (decode_gemm_sm90.cu). From 18
 //                rows on Hopper the layers run as two to four parts of the batch at once
 //                (decode_step_parts), all but the first on branch streams.
@@ -141,8 +141,8 @@ typedef struct {
 } DecodeRows;
 
 // The layers of those rows: from their rows of cache->x, the embedded tokens, through every
-// layer, on their slices of the step's tensors and of the cache; the residual stream stays in
-// cache->x, each projection adding to it in place. Launches the same work with the same
+// layer (decode_layers_step), on their slices of the step's tensors and of the cache; the
+// residual stream stays in cache->x, each projection adding to it in place. Launches the same work with the same
 // arguments at every position: the position is read from cache->inputs.
 static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
     GPT2Config c = model->config;
@@ -151,24 +151,18 @@ static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
     size_t kv0 = KV_CACHE_AT(rows.r0, 0, 0, d->maxT, d->NH, d->HS);   // the rows' sequences
     const int *pos = d->inputs + d->B;
     ParameterTensors p = model->params;
-    void *scratch = rows.fused_scratch;
     floatX *x = d->x + (size_t)rows.r0 * C, *qkv = d->qkv + (size_t)rows.r0 * 3 * C;
     floatX *atty = d->atty + (size_t)rows.r0 * C, *fch_gelu = d->fch_gelu + (size_t)rows.r0 * 4 * C;
-    // x's row statistics where the call that last wrote x left them (layers.h), else NULL
-    const float *stats = NULL;
+    DecodeLayerWeights w[L];
     for (int l = 0; l < L; l++) {
-        LayerParams w = gpt2_layer_params(&p, C, l);
-        floatX *k = d->k + l * layer_stride + kv0, *v = d->v + l * layer_stride + kv0;
-        // attention block: x += attproj(attention(qkv(ln1(x)))); and the MLP's first half,
-        // fch_gelu = gelu(fc(ln2(x)))
-        DecodeBlockWeights bw = {w.ln1w, w.ln1b, w.qkvw, w.qkvb, w.attprojw, w.attprojb,
-                                 w.ln2w, w.ln2b, w.fcw, w.fcb};
-        attention_block_fc_step(x, fch_gelu, atty, qkv, rows.att_scratch, scratch, &bw, k, v, pos,
-                                N, d->maxT, d->NH, d->HS, stats, rows.x_stats);
-        // the MLP's projection: x += fcproj(fch_gelu)
-        stats = matmul_residual_forward(x, scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C,
-                                        rows.x_stats) ? rows.x_stats : NULL;
+        LayerParams p_l = gpt2_layer_params(&p, C, l);
+        w[l] = (DecodeLayerWeights){p_l.ln1w, p_l.ln1b, p_l.qkvw, p_l.qkvb, p_l.attprojw,
+                                    p_l.attprojb, p_l.ln2w, p_l.ln2b, p_l.fcw, p_l.fcb,
+                                    p_l.fcprojw, p_l.fcprojb};
     }
+    // every layer: x += attproj(attention(qkv(ln1(x)))), then x += fcproj(gelu(fc(ln2(x))))
+    decode_layers_step(x, qkv, atty, fch_gelu, rows.att_scratch, rows.fused_scratch, rows.x_stats, w,
+                       L, d->k + kv0, d->v + kv0, layer_stride, pos, N, d->maxT, d->NH, d->HS);
 }
 
 typedef struct {

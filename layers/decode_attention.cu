@@ -11,7 +11,7 @@
 // hold positions (combine_splits); a length that fits in one split is
 // written by its block directly. One kernel, not a split kernel and a combine kernel: at batch
 // 1 every kernel boundary costs more than the combine's work. (In the decode step at batch 1 on
-// Hopper neither runs: decode_block_sm90.cu computes a head's q, k, v and its attention in one
+// Hopper neither runs: decode_layers_sm90.cu computes a head's q, k, v and its attention in one
 // cluster of CTAs.)
 // Inside a block, a group of G = HS/8 (rounded up to a power of two) lanes handles a cache row,
 // each lane 8 channels through one 16-byte load of k and one of v, ROWS rows per round with

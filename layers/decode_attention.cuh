@@ -1,5 +1,5 @@
 // decode_attention.cuh: the arithmetic of the decode attention that its two kernels share
-// (decode_attention.cu's split kernel, decode_block_sm90.cu's cluster kernel): a group of
+// (decode_attention.cu's split kernel, decode_layers_sm90.cu's cluster kernel): a group of
 // G lanes takes a cache row, each lane 8 of its channels; a round is ROWS rows a group, their
 // scores, the online softmax's update and acc += p v; at the end the warp's groups merged.
 #pragma once

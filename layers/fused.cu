@@ -30,10 +30,9 @@
 // layers round it; only the matmul's summation order differs from cuBLASLt's (and between the
 // one-row and the tensor-core kernels).
 //
-// At one row on Hopper a layer's first three calls, layernorm + QKV + the attention + the
-// attention projection + the residual, then layernorm + FC + GELU, are two kernels of their own
-// (attention_block_fc_step: decode_block_sm90.cu, a cluster of CTAs a head, then clusters that
-// sum the heads' parts of the projection).
+// At one row on Hopper a layer is two kernels of its own (decode_layers_step: decode_layers_sm90.cu,
+// a cluster of CTAs a head for layernorm, QKV, attention and the projection's part of the head,
+// then clusters for the parts' sum, layernorm, FC and the FC projection's parts).
 //
 // The LM head (Vp = 50304 rows of wte) is the same kernel with a grid-stride loop over row
 // tiles, at K = 768 with R = 8; greedy decoding's argmax rides in its epilogue: each block keeps
@@ -47,7 +46,7 @@
 #include "../attention/flash_tile.cuh"   // mma_bf16: its PTX, written once
 #include "../runtime/cuda_common.cuh"
 #include "argmax.cuh"
-#include "decode_block_sm90.h"
+#include "decode_layers_sm90.h"
 #include "decode_gemm_sm90.h"
 #include "fused_plain.h"
 #include "gelu.cuh"
@@ -767,10 +766,10 @@ size_t logits_partials_bytes(int N) {
 }  // namespace
 
 // the scratch: the LM head's counter (256 bytes), its per-block bests (at 9-64 rows on Hopper
-// the rows' best keys, decode_lm_head_sm90), at one row decode_block_sm90's (the same bytes at any
+// the rows' best keys, decode_lm_head_sm90), at one row decode_layers_sm90's (the same bytes at any
 // C: the plain calls' part must start where their C, which need not be the model's, finds it),
 // then the plain calls'
-static size_t block_bytes(int N) { return N == 1 ? decode_block_sm90_scratch_size() : 0; }
+static size_t block_bytes(int N) { return N == 1 ? decode_layers_sm90_scratch_size() : 0; }
 
 size_t fused_scratch_size(int N, int C, int OC) {
     ensure_backend();
@@ -820,16 +819,17 @@ int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
     return 0;
 }
 
-void attention_block_fc_step(floatX *x, floatX *fch, floatX *att, floatX *qkv, void *att_scratch,
-                             void *scratch, const DecodeBlockWeights *w, floatX *kcache,
-                             floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
-                             const float *stats, float *x_stats) {
-    if (fused_enabled() && decode_block_sm90_fits(B, NH * HS, NH, HS, w, x, kcache, vcache)) {
-        decode_block_sm90(x, fch, att, block_part(scratch, B), w, kcache, vcache, pos, NH * HS, maxT, NH);
+void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *att_scratch,
+                        void *scratch, float *x_stats, const DecodeLayerWeights *w, int L,
+                        floatX *kcache, floatX *vcache, size_t layer_stride, const int *pos, int B,
+                        int maxT, int NH, int HS) {
+    if (fused_enabled() && decode_layers_sm90_fits(B, NH * HS, NH, HS, w, L, x, kcache, vcache)) {
+        decode_layers_sm90(x, att, fch, block_part(scratch, B), w, L, kcache, vcache, layer_stride, pos,
+                           NH * HS, maxT, NH);
         return;
     }
-    plain_attention_block_fc(x, fch, att, qkv, att_scratch, scratch, w, kcache, vcache, pos, B, maxT,
-                             NH, HS, stats, x_stats);
+    plain_decode_layers(x, qkv, att, fch, att_scratch, scratch, x_stats, w, L, kcache, vcache,
+                        layer_stride, pos, B, maxT, NH, HS);
 }
 
 // rows [i * B / parts, (i + 1) * B / parts) are part i: parts of B / parts rows or one more

@@ -49,17 +49,25 @@ static inline void plain_matmul_residual(floatX *residual, PlainScratch s, const
     matmul_forward_epilogue(residual, s.pre, inp, weight, bias, N, C, OC, 0, 1);
 }
 
-// attention_block_fc_step as the calls it is made of (layers.h), each the backend's own
-static inline void plain_attention_block_fc(floatX *x, floatX *fch, floatX *att, floatX *qkv,
-                                            void *att_scratch, void *scratch,
-                                            const DecodeBlockWeights *w, floatX *kcache,
-                                            floatX *vcache, const int *pos, int B, int maxT, int NH,
-                                            int HS, const float *stats, float *x_stats) {
+// decode_layers_step as the calls it is made of (layers.h), each the backend's own
+static inline void plain_decode_layers(floatX *x, floatX *qkv, floatX *att, floatX *fch,
+                                       void *att_scratch, void *scratch, float *x_stats,
+                                       const DecodeLayerWeights *layers, int L, floatX *kcache,
+                                       floatX *vcache, size_t layer_stride, const int *pos, int B,
+                                       int maxT, int NH, int HS) {
     const int C = NH * HS;
-    layernorm_matmul_forward(qkv, scratch, x, w->ln1w, w->ln1b, w->qkvw, w->qkvb, B, C, 3 * C, 0, stats);
-    attention_decode_step(att, att_scratch, qkv, kcache, vcache, pos, B, maxT, NH, HS);
-    stats = matmul_residual_forward(x, scratch, att, w->attprojw, w->attprojb, B, C, C, x_stats) ? x_stats : NULL;
-    layernorm_matmul_forward(fch, scratch, x, w->ln2w, w->ln2b, w->fcw, w->fcb, B, C, 4 * C, 1, stats);
+    const float *stats = NULL;   // x's row statistics, where the call that last wrote x left them
+    for (int l = 0; l < L; l++) {
+        const DecodeLayerWeights *w = &layers[l];
+        floatX *k = kcache + l * layer_stride, *v = vcache + l * layer_stride;
+        // attention block: x += attproj(attention(qkv(ln1(x))))
+        layernorm_matmul_forward(qkv, scratch, x, w->ln1w, w->ln1b, w->qkvw, w->qkvb, B, C, 3 * C, 0, stats);
+        attention_decode_step(att, att_scratch, qkv, k, v, pos, B, maxT, NH, HS);
+        stats = matmul_residual_forward(x, scratch, att, w->attprojw, w->attprojb, B, C, C, x_stats) ? x_stats : NULL;
+        // MLP block: x += fcproj(gelu(fc(ln2(x))))
+        layernorm_matmul_forward(fch, scratch, x, w->ln2w, w->ln2b, w->fcw, w->fcb, B, C, 4 * C, 1, stats);
+        stats = matmul_residual_forward(x, scratch, fch, w->fcprojw, w->fcprojb, B, 4 * C, C, x_stats) ? x_stats : NULL;
+    }
 }
 
 static inline void plain_lm_head(floatX *logits, int *argmax, PlainScratch s, const floatX *inp,

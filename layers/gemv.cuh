@@ -1,5 +1,5 @@
 // gemv.cuh: the pieces the decode step's one-row kernels share (layers/fused.cu's GEMV kernels,
-// layers/decode_block_sm90.cu): the layernorm of a row staged in shared memory, a warp's
+// layers/decode_layers_sm90.cu): the layernorm of a row staged in shared memory, a warp's
 // sums reduced together, and the rounded division they need.
 #pragma once
 

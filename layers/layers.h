@@ -208,27 +208,31 @@ void layernorm_matmul_forward(floatX *out, void *scratch, const floatX *inp, con
 int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
                             const floatX *weight, const floatX *bias, int N, int C, int OC,
                             float *stats);
-// One layer's weights as attention_block_fc_step takes them: the attention block's and the
-// MLP's first matmul's (gpt2.h's LayerParams has the same names)
+// One layer's weights as decode_layers_step takes them (gpt2.h's LayerParams has the same names)
 typedef struct {
-    const floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb;
-} DecodeBlockWeights;
-// A decode layer up to the MLP's projection, at B rows (C = NH * HS):
-//   qkv (B, 3C) = layernorm(x; ln1w, ln1b) @ qkvw^T + qkvb       as layernorm_matmul_forward
-//   att (B, C)  = attention_decode_step(qkv, kcache, vcache, pos) (the new k, v into the caches)
-//   x (B, C)   += att @ attprojw^T + attprojb                    as matmul_residual_forward
-//   fch (B, 4C) = gelu(layernorm(x; ln2w, ln2b) @ fcw^T + fcb)   as layernorm_matmul_forward
-// and those are the calls it makes, but on CUDA at B = 1 on Hopper (head size 64, C <= 1,792):
-// there it is two kernels (decode_block_sm90.cu), the first a cluster of CTAs a head that computes
-// its q, k, v, attends and multiplies its attention output by its columns of attprojw, the second
-// clusters that sum the heads' parts into x and go on to the FC; qkv is then not written, nor
-// att_scratch used. stats: x's row statistics or NULL, as layernorm_matmul_forward's; x_stats: a
-// ROW_STATS_FLOATS(B, C) buffer for the call's own (it may be stats); att_scratch:
+    const floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    const floatX *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} DecodeLayerWeights;
+// The decode step's layers at B rows (C = NH * HS): for l = 0 .. L-1, with w[l] and layer l's
+// caches kcache + l * layer_stride, vcache + l * layer_stride (B, NH, maxT, HS):
+//   qkv (B, 3C) = layernorm(x; ln1w, ln1b) @ qkvw^T + qkvb     layernorm_matmul_forward
+//   att (B, C)  = attention_decode_step(qkv, caches, pos)       (the new k, v into the caches)
+//   x (B, C)   += att @ attprojw^T + attprojb                  matmul_residual_forward
+//   fch (B, 4C) = gelu(layernorm(x; ln2w, ln2b) @ fcw^T + fcb) layernorm_matmul_forward
+//   x          += fch @ fcprojw^T + fcprojb                    matmul_residual_forward
+// and those are the calls it makes (x's row statistics handed from each residual call to the
+// layernorm after it, in x_stats: ROW_STATS_FLOATS(B, C) floats), but on CUDA at B = 1 on Hopper
+// (head size 64, C <= 1,792): there a layer is two kernels (decode_layers_sm90.cu), the first a
+// cluster of CTAs a head that computes its q, k, v, attends and multiplies its output by its
+// columns of attprojw, the second clusters that sum the heads' parts into x, go on through the FC
+// and multiply their rows of fch by their columns of fcprojw, whose parts the next layer's first
+// kernel (or, after the last layer, a kernel of their own) sums into x; qkv is then not written,
+// nor att_scratch used. att and fch hold the last layer's. att_scratch:
 // attention_decode_scratch_size bytes; scratch: fused_scratch_size(B, C, 4C).
-void attention_block_fc_step(floatX *x, floatX *fch, floatX *att, floatX *qkv, void *att_scratch,
-                             void *scratch, const DecodeBlockWeights *w, floatX *kcache,
-                             floatX *vcache, const int *pos, int B, int maxT, int NH, int HS,
-                             const float *stats, float *x_stats);
+void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *att_scratch,
+                        void *scratch, float *x_stats, const DecodeLayerWeights *w, int L,
+                        floatX *kcache, floatX *vcache, size_t layer_stride, const int *pos, int B,
+                        int maxT, int NH, int HS);
 // How many parts of the batch the decode step's layers at B rows run as at once (gpt2_decode.c):
 // part 0, the first B / parts rows, on the main stream and each other on a branch
 // (dev_branch_begin), so that one part's attention streams the cache while another's matmuls

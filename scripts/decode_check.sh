@@ -15,7 +15,7 @@
 #   5. with $BUILD/bench/libkernel_timeline.so built (TIMELINE=0 skips it): the step as it runs,
 #      at batch 1 and 64 (CUPTI; scripts/timeline.py --cut encoder_forward): each kernel's
 #      share of the step's critical path, and the idle gaps; at batch 1 also each of a layer's
-#      calls (timeline.py --period 3 on Hopper, 5 elsewhere); and the decode attention's time a step against the
+#      calls (timeline.py --period 2 on Hopper, 5 elsewhere); and the decode attention's time a step against the
 #      context, one position longer each step (--trend: its fixed part and a position's cost)
 #   6. with compute-sanitizer on the PATH (SANITIZE=0 skips it): memcheck, racecheck and
 #      synccheck on test_infer_gpu --sanitize (the fused calls at a few shapes and 1, 9, 16 rows)
@@ -103,13 +103,12 @@ if [ "${TIMELINE:-1}" != 0 ] && [ -f "$TL" ] && command -v python3 > /dev/null; 
             KERNEL_TIMELINE_OUT="$OUT_DIR/timeline_b$b.csv" "$BUILD/bench/bench_infer" -c d12 \
             --ttft-prompt 200 --prompt 128 -n 256 -b "$b" -r 1 > "$OUT_DIR/timeline_b$b.txt" 2>&1 ||
             { echo "bench_infer under the timeline (b=$b) failed:"; tail -n 5 "$OUT_DIR/timeline_b$b.txt"; continue; }
-        # at batch 1 the fused step: a line per call of a layer, three on Hopper (layernorm, QKV,
-        # the attention and its projection's parts one kernel, their sum, layernorm and FC
-        # another: decode_block_sm90.cu), five elsewhere
+        # at batch 1 the fused step: a line per call of a layer (d12: 12 layers), two on Hopper
+        # (decode_layers_sm90.cu), five elsewhere
         period=0; [ "$b" = 1 ] && period=5
-        [ "$b" = 1 ] && nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9\.0' && period=3
+        [ "$b" = 1 ] && nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9\.0' && period=2
         python3 scripts/timeline.py "$OUT_DIR/timeline_b$b.csv" --cut encoder_forward --skip 1 \
-            --last 100 --period $period --trend 'decode_attention|qkv_attention' --name "decode, batch $b" |
+            --last 100 --period $period --layers 12 --trend 'decode_attention|qkv_attention' --name "decode, batch $b" |
             tee "$OUT_DIR/timeline_b$b.md" |
             sed -n '/kernel (a step)/,/^$/p; /call of a layer/,/^$/p; /kernels named like/,/^$/p' | cut -c1-150
     done

@@ -3,7 +3,7 @@
 # bench/kernel_timeline.c (a CUPTI injection library) recorded while the program ran as it
 # always runs: kernels back to back, no replay, the clocks of a sustained run. Plain Python.
 #
-# usage: timeline.py RUN.csv [--name NAME] [--skip N] [--cut REGEX] [--last N] [--period P]
+# usage: timeline.py RUN.csv [--name NAME] [--skip N] [--cut REGEX] [--last N] [--period P [--layers N]]
 #                            [--trend REGEX] [--against OTHER.csv [--against-name NAME]] [--top N]
 #   steps are cut at the optimizer: a cluster of AdamW kernels (others a few apart between them,
 #   as in llm.c) ends a step; the first --skip steps (default 2: start-up and warm-up) are left out.
@@ -12,7 +12,8 @@
 #   (a decode benchmark's last phase); --period P (with --cut): the step's activities after the
 #   cut kernel are layers of P calls each (a decode step's five fused calls), and a table gives
 #   each call of a layer its mean over the layers and steps, the activities after the last
-#   whole layer one by one; --trend REGEX (with --cut): the running time a step of the kernels
+#   whole layer one by one; --layers N (with --period): N layers, not as many as fit (where the
+#   step's tail after them would make one more); --trend REGEX (with --cut): the running time a step of the kernels
 #   whose name matches, fitted by least squares as a + b * k over the steps k = 0, 1, ... (a
 #   decode benchmark's steps, each one position longer than the one before: b is what a
 #   position more costs, a the fixed part)
@@ -120,11 +121,12 @@ def against_table(accs, other, name, other_name, top):
     print()
 
 
-def layer_calls(accs, period):
-    """the activities after the cut kernel as layers of `period` calls: per call of a layer, its
-    mean running time and critical path over layers and steps; then the rest one by one"""
+def layer_calls(accs, period, layers=0):
+    """the activities after the cut kernel as `layers` layers (0: as many as fit) of `period` calls:
+    per call of a layer, its mean running time and critical path over layers and steps; then the
+    rest one by one"""
     n = min(len(x["seq"]) for x in accs)
-    layers = (n - 1) // period
+    layers = min(layers, (n - 1) // period) if layers else (n - 1) // period
     print("| call of a layer (%d layers) | us running | us on the critical path |" % layers)
     print("|---|--:|--:|")
     for k in range(period):
@@ -173,6 +175,7 @@ def main():
     p.add_argument("--cut", default="")
     p.add_argument("--last", type=int, default=0)
     p.add_argument("--period", type=int, default=0)
+    p.add_argument("--layers", type=int, default=0)
     p.add_argument("--against")
     p.add_argument("--against-name", default="")
     p.add_argument("--top", type=int, default=30)
@@ -225,7 +228,7 @@ def main():
             print("| %s | %.1f | %.1f | %.1f |" % (k, v[0], v[1] / 1e3, v[2] / 1e3))
         print()
     if a.cut and a.period > 0:
-        layer_calls(accs, a.period)
+        layer_calls(accs, a.period, a.layers)
     if a.trend:
         if len(windows) < 2:
             sys.exit("--trend needs at least 2 steps")

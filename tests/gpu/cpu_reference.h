@@ -5,7 +5,7 @@
 // (CPU_REF_OBJ, prefix_symbols); the same names, as #defines in the generated
 // cpu_reference_names.h, rename the declarations while those headers are read a second time
 // here. Nothing is copied: a new layer or a changed signature needs no edit; a type those
-// headers define is renamed here by hand (cpu_DecodeBlockWeights: its pointers are to
+// headers define is renamed here by hand (cpu_DecodeLayerWeights: its pointers are to
 // cpu_floatX). Include it after the headers of the CUDA side.
 #ifndef CPU_REFERENCE_H
 #define CPU_REFERENCE_H
@@ -20,13 +20,13 @@
 #undef LAYERS_H
 #undef ATTENTION_H
 #define floatX cpu_floatX
-#define DecodeBlockWeights cpu_DecodeBlockWeights
+#define DecodeLayerWeights cpu_DecodeLayerWeights
 #include "cpu_reference_names.h"
 #include "../../attention/attention.h"
 #define CPU_REFERENCE_UNDEF
 #include "cpu_reference_names.h"
 #undef CPU_REFERENCE_UNDEF
-#undef DecodeBlockWeights
+#undef DecodeLayerWeights
 #undef floatX
 #pragma pop_macro("FLOATX_NAME")
 #pragma pop_macro("BACKEND_CUDA")

@@ -55,7 +55,7 @@ static void test_attention_decode(unsigned long long *rng) {
     // 16 and 64) and one past them, lengths that are multiples of nothing, the whole cache
     // (B * NH >= 2 x 132 SMs puts each head in one block: the one-split kernel, at four head
     // sizes)
-    // (attention_block_fc_step at one row on Hopper, head size 64: two kernels of clusters, at
+    // (decode_layers_step at one row on Hopper, head size 64: two kernels of clusters a layer, at
     // C = 768 (shape 0), 1,024 and 1,280, their three weight widths, and 256, a small model's;
     // elsewhere the plain calls)
     int shapes[][4] = {{1, 1024, 12, 64}, {4, 128, 4, 64}, {64, 512, 12, 64}, {2, 5000, 2, 128},
@@ -87,11 +87,13 @@ static void test_attention_decode(unsigned long long *rng) {
         float *qkv = malloc((size_t)B * 3 * C * sizeof(float)), *kc2 = malloc(cache * sizeof(float));
         floatX *dqkv = dev_malloc((size_t)B * 3 * C * sizeof(floatX), "qkv");
         floatX *dk2 = dev_malloc(cache * sizeof(floatX), "k2"), *dv2 = dev_malloc(cache * sizeof(floatX), "v2");
-        // attention_block_fc_step's input x (B, C), layernorm (C) and QKV matmul: weight (3C, C),
-        // bias (3C), then the projection (C, C), (C), the second layernorm, the FC (4C, C), (4C);
-        // the plain layers' qkv (B, 3C) and their k, v rows (B, NH, HS)
+        // decode_layers_step's input x (B, C) and a layer's weights (both of its two layers):
+        // layernorm (C) and QKV matmul: weight (3C, C), bias (3C), then the projection (C, C),
+        // (C), the second layernorm, the FC (4C, C), (4C), the FC projection (C, 4C), (C); the
+        // plain layers' qkv (B, 3C) of each layer and their k, v rows (B, NH, HS)
         float *hw = malloc((size_t)4 * C * C * sizeof(float)), *got = malloc((size_t)B * 4 * C * sizeof(float));
         float *want = malloc((size_t)B * 3 * C * sizeof(float)), *row = malloc(B * C * sizeof(float));
+        float *kc3 = malloc(cache * sizeof(float));
         float *want_row = malloc(B * C * sizeof(float));
         test_fill(hw, (size_t)3 * C * C, 0.05f, rng);
         floatX *dw = upload_rounded(hw, (size_t)3 * C * C);
@@ -108,7 +110,16 @@ static void test_attention_decode(unsigned long long *rng) {
         test_fill(hw, 7 * C, 0.5f, rng);
         floatX *dpb = upload_rounded(hw, C), *dfb = upload_rounded(hw + C, 4 * C);
         floatX *dln2w = upload_rounded(hw + 5 * C, C), *dln2b = upload_rounded(hw + 6 * C, C);
-        DecodeBlockWeights bw = {dlnw, dlnb, dw, dbias, dpw, dpb, dln2w, dln2b, dfw, dfb};
+        test_fill(hw, (size_t)4 * C * C, 0.05f, rng);
+        floatX *dfpw = upload_rounded(hw, (size_t)4 * C * C);
+        test_fill(hw, C, 0.5f, rng);
+        floatX *dfpb = upload_rounded(hw, C);
+        DecodeLayerWeights lw = {dlnw, dlnb, dw, dbias, dpw, dpb, dln2w, dln2b, dfw, dfb, dfpw, dfpb};
+        DecodeLayerWeights layers2[2] = {lw, lw};
+        // two layers' caches, the reference's and the call's
+        floatX *dkr = dev_malloc(2 * cache * sizeof(floatX), "kr"), *dvr = dev_malloc(2 * cache * sizeof(floatX), "vr");
+        floatX *dk3 = dev_malloc(2 * cache * sizeof(floatX), "k3"), *dv3 = dev_malloc(2 * cache * sizeof(floatX), "v3");
+        float *want1 = malloc((size_t)B * 3 * C * sizeof(float));
         floatX *dx2 = dev_malloc(B * C * sizeof(floatX), "x2"), *dxref = dev_malloc(B * C * sizeof(floatX), "xref");
         floatX *dproj = dev_malloc(B * C * sizeof(floatX), "proj");
         floatX *dfc = dev_malloc((size_t)B * 4 * C * sizeof(floatX), "fc");
@@ -181,70 +192,84 @@ static void test_attention_decode(unsigned long long *rng) {
                   (int)(bad / ((size_t)NH * maxT * HS)), (int)(bad / ((size_t)maxT * HS) % NH),
                   (int)(bad / HS % maxT), (int)(bad % HS), bad < cache ? kc2[bad] : 0.0f,
                   bad < cache ? (which[0] == 'k' ? kc : vc)[bad] : 0.0f);
-            // attention_block_fc_step against the plain layers: layernorm, the QKV matmul, then
-            // attention_decode_step as above, the projection and the residual, layernorm, the FC
-            // and GELU; the caches as it left them but for the new position, whose k and v are the
-            // plain matmul's within its rounding
-            layernorm_forward(dln, dstats, dstats + B, dx, dlnw, dlnb, B, C);
-            matmul_forward(dqkv2, dln, dw, dbias, B, C, 3 * C);
-            floatX_download(want, dqkv2, (size_t)B * 3 * C);
-            attention_decode_step(dout, dscratch, dqkv2, dk2, dv2, dlen, B, maxT, NH, HS);
+            // decode_layers_step over two layers (the same weights, their own caches) against the
+            // plain layers, each as layernorm, the QKV matmul, attention_decode_step as above, the
+            // projection and the residual, layernorm, the FC and GELU, the FC projection and the
+            // residual; the caches as it left them but for the new position, whose k and v are the
+            // plain matmuls' within their rounding
+            dev_copy(dxref, dx, B * C * sizeof(floatX));
+            for (int l = 0; l < 2; l++) {
+                dev_copy(dkr + l * cache, dk, cache * sizeof(floatX));
+                dev_copy(dvr + l * cache, dv, cache * sizeof(floatX));
+                layernorm_forward(dln, dstats, dstats + B, dxref, dlnw, dlnb, B, C);
+                matmul_forward(dqkv2, dln, dw, dbias, B, C, 3 * C);
+                floatX_download(l ? want1 : want, dqkv2, (size_t)B * 3 * C);
+                attention_decode_step(dout, dscratch, dqkv2, dkr + l * cache, dvr + l * cache, dlen, B, maxT, NH, HS);
+                matmul_forward(dproj, dout, dpw, dpb, B, C, C);
+                residual_forward(dxref, dxref, dproj, (size_t)B * C);
+                layernorm_forward(dln, dstats, dstats + B, dxref, dln2w, dln2b, B, C);
+                matmul_forward(dfc, dln, dfw, dfb, B, C, 4 * C);
+                gelu_forward(dfch, dfc, (size_t)B * 4 * C);
+                matmul_forward(dproj, dfch, dfpw, dfpb, B, 4 * C, C);
+                residual_forward(dxref, dxref, dproj, (size_t)B * C);
+            }
             floatX_download(o, dout, B * C);
-            matmul_forward(dproj, dout, dpw, dpb, B, C, C);
-            residual_forward(dxref, dx, dproj, (size_t)B * C);
             floatX_download(xref, dxref, B * C);
-            layernorm_forward(dln, dstats, dstats + B, dxref, dln2w, dln2b, B, C);
-            matmul_forward(dfc, dln, dfw, dfb, B, C, 4 * C);
-            gelu_forward(dfch, dfc, (size_t)B * 4 * C);
             floatX_download(fchref, dfch, (size_t)B * 4 * C);
-            for (int b = 0; b < B; b++)
-                for (int h = 0; h < NH; h++) {
-                    poison(dk2 + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
-                    poison(dv2 + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
-                }
+            for (int l = 0; l < 2; l++) {
+                dev_copy(dk3 + l * cache, dk, cache * sizeof(floatX));
+                dev_copy(dv3 + l * cache, dv, cache * sizeof(floatX));
+                for (int b = 0; b < B; b++)
+                    for (int h = 0; h < NH; h++) {
+                        poison(dk3 + l * cache + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
+                        poison(dv3 + l * cache + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
+                    }
+            }
             poison(datt, B * C);
             poison(dqkv, (size_t)B * 3 * C);
             poison(dfch2, (size_t)B * 4 * C);
             dev_copy(dx2, dx, B * C * sizeof(floatX));
-            attention_block_fc_step(dx2, dfch2, datt, dqkv, dscratch, dfused, &bw, dk2, dv2, dlen, B, maxT,
-                                    NH, HS, NULL, xstats);
+            decode_layers_step(dx2, dqkv, datt, dfch2, dscratch, dfused, xstats, layers2, 2, dk3, dv3, cache,
+                               dlen, B, maxT, NH, HS);
             floatX_download(got, datt, B * C);
-            CHECK_CLOSE(got, o, (size_t)B * C, 1e-2, "attention_block_fc_step's att, B=%d len=%d maxT=%d NH=%d HS=%d",
+            CHECK_CLOSE(got, o, (size_t)B * C, 1e-2, "decode_layers_step's att, B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
             floatX_download(got, dx2, B * C);
-            CHECK_CLOSE(got, xref, (size_t)B * C, 1e-2, "attention_block_fc_step's x, B=%d len=%d maxT=%d NH=%d HS=%d",
+            CHECK_CLOSE(got, xref, (size_t)B * C, 1e-2, "decode_layers_step's x, B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
             floatX_download(got, dfch2, (size_t)B * 4 * C);
-            CHECK_CLOSE(got, fchref, (size_t)B * 4 * C, 2e-2, "attention_block_fc_step's fch, B=%d len=%d maxT=%d "
+            CHECK_CLOSE(got, fchref, (size_t)B * 4 * C, 2e-2, "decode_layers_step's fch, B=%d len=%d maxT=%d "
                         "NH=%d HS=%d", B, len, maxT, NH, HS);
-            for (int kv = 0; kv < 2; kv++) {   // the new position's k (kv 0) and v (1)
-                floatX *dcache = kv ? dv2 : dk2;
-                float *orig = kv ? vc : kc;
-                floatX_download(kc2, dcache, cache);
-                int others = 1;
-                for (int b = 0; b < B; b++)
-                    for (int h = 0; h < NH; h++)
-                        for (int s = 0; s < maxT; s++) {
-                            size_t at = KV_CACHE_AT(b, h, s, maxT, NH, HS);
-                            if (s != len - 1) {
-                                others &= memcmp(kc2 + at, orig + at, HS * sizeof(float)) == 0;
-                                continue;
+            for (int l = 0; l < 2; l++)
+                for (int kv = 0; kv < 2; kv++) {   // layer l's new position's k (kv 0) and v (1)
+                    floatX_download(kc3, (kv ? dv3 : dk3) + l * cache, cache);
+                    float *orig = kv ? vc : kc, *qkv_l = l ? want1 : want;
+                    int others = 1;
+                    for (int b = 0; b < B; b++)
+                        for (int h = 0; h < NH; h++)
+                            for (int s = 0; s < maxT; s++) {
+                                size_t at = KV_CACHE_AT(b, h, s, maxT, NH, HS);
+                                if (s != len - 1) {
+                                    others &= memcmp(kc3 + at, orig + at, HS * sizeof(float)) == 0;
+                                    continue;
+                                }
+                                memcpy(row + (b * NH + h) * HS, kc3 + at, HS * sizeof(float));
+                                memcpy(want_row + (b * NH + h) * HS, qkv_l + (size_t)b * 3 * C + (kv + 1) * C + h * HS,
+                                       HS * sizeof(float));
                             }
-                            memcpy(row + (b * NH + h) * HS, kc2 + at, HS * sizeof(float));
-                            memcpy(want_row + (b * NH + h) * HS, want + (size_t)b * 3 * C + (kv + 1) * C + h * HS,
-                                   HS * sizeof(float));
-                        }
-                CHECK(others, "attention_block_fc_step writes the %s cache at position %d only (B=%d "
-                      "maxT=%d NH=%d HS=%d)", kv ? "v" : "k", len - 1, B, maxT, NH, HS);
-                CHECK_CLOSE(row, want_row, (size_t)B * C, 1e-2, "attention_block_fc_step's new %s row, "
-                            "B=%d len=%d NH=%d HS=%d", kv ? "v" : "k", B, len, NH, HS);
-            }
+                    CHECK(others, "decode_layers_step writes layer %d's %s cache at position %d only (B=%d "
+                          "maxT=%d NH=%d HS=%d)", l, kv ? "v" : "k", len - 1, B, maxT, NH, HS);
+                    CHECK_CLOSE(row, want_row, (size_t)B * C, 1e-2, "decode_layers_step's new %s row of layer %d, "
+                                "B=%d len=%d NH=%d HS=%d", kv ? "v" : "k", l, B, len, NH, HS);
+                }
         }
         dev_free(dw); dev_free(dbias); dev_free(dx); dev_free(dlnw); dev_free(dlnb); dev_free(dln);
         dev_free(dqkv2); dev_free(dstats); dev_free(datt); dev_free(dfused);
         dev_free(dpw); dev_free(dfw); dev_free(dpb); dev_free(dfb); dev_free(dln2w); dev_free(dln2b);
         dev_free(dx2); dev_free(dxref); dev_free(dproj); dev_free(dfc); dev_free(dfch); dev_free(dfch2);
         dev_free(xstats); free(xref); free(fchref);
+        dev_free(dfpw); dev_free(dfpb); dev_free(dkr); dev_free(dvr); dev_free(dk3); dev_free(dv3);
+        free(want1); free(kc3);
         free(hw); free(got); free(want); free(row); free(want_row);
         dev_free(dq); dev_free(dk); dev_free(dv); dev_free(dout); dev_free(dlen); dev_free(dscratch);
         dev_free(dqkv); dev_free(dk2); dev_free(dv2);

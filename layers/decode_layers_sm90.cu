@@ -1,4 +1,4 @@
-// decode_block_sm90.cu: a decode layer's attention block and the MLP's first matmul at one row on
+// decode_layers_sm90.cu: a decode layer's attention block and the MLP's first matmul at one row on
 // Hopper, as two kernels, each a grid of thread-block clusters:
 //   qkv_attention_kernel  layernorm + QKV + attention + the attention projection's part of each
 //                         head: a cluster of kRanks CTAs a head
@@ -61,7 +61,7 @@
 #include "../attention/flash_tile.cuh"   // kLog2e, SoftmaxRow, mbarriers, clusters, store_to_cta
 #include "../runtime/cuda_common.cuh"
 #include "decode_attention.cuh"
-#include "decode_block_sm90.h"
+#include "decode_layers_sm90.h"
 #include "gelu.cuh"
 #include "gemv.cuh"
 
@@ -86,16 +86,70 @@ constexpr int kGroups = kThreads / kG;       // cache rows a round takes side by
 constexpr int kRows = 4;                     // cache rows a group a round, loaded together
 constexpr int kRound = kGroups * kRows;      // positions a round
 
-// the projection's rows a rank multiplies: C / kRanks, at most 32 KC (C <= KC * 256)
+// a rank's eighth of a row: C / kRanks channels, at most 32 KC (C <= KC * 256); the attention
+// projection's rows a rank of a head's cluster multiplies, the slice of a new row a rank sums
 constexpr int kProjRowsPerChunk = 32;
-// outputs of qkv_attention_kernel's rank r of head h's cluster: its eighth of head h's part of the
-// projection, partials[h][r C / 8 + o], o < C / 8
+
+// Both kernels begin a layer's half with a new residual row, the last one's projection added:
+// rank r of each cluster makes the slice [r C / 8, (r + 1) C / 8) of residual + bf16(sum_k
+// parts[k][c] + bias[c]), the NPARTS parts summed in order (so every cluster, every run, has the
+// same bits) and the sum rounded before the residual is added (fused.cu's kBiasResidual epilogue),
+// and stores it two by two into every rank's row xs (st.async, completing on each rank's `bar`,
+// which expects the whole row); out, where not NULL, gets the slice too. pbias: the bias of this
+// thread's channels rank C / 8 + thread + i * THREADS (loaded before the wait). The cluster's CTAs
+// must all run, their barriers set (cluster_wait), before it stores. Every thread calls it.
+template <int THREADS, int SLICE, int MAXPARTS, bool FIXED>
+__device__ __forceinline__ void hand_out_slice(int4 *xs, uint64_t *bar, bf16 *out, const bf16 *residual,
+                                               const float *parts, int nparts, const float (&pbias)[SLICE],
+                                               int C, int rank) {
+    const int slice = C / kRanks;
+    float sum[SLICE], res[SLICE];
+#pragma unroll
+    for (int i = 0; i < SLICE; i++) {   // every part of every channel in flight at once
+        const int t = threadIdx.x + i * THREADS, c = rank * slice + t;
+        sum[i] = res[i] = 0.0f;
+        if (t >= slice) continue;
+        res[i] = __bfloat162float(__ldcg(residual + c));
+#pragma unroll
+        for (int k = 0; k < MAXPARTS; k++) {
+            if (!FIXED && k >= nparts) break;
+            sum[i] += __ldcg(parts + (size_t)k * C + c);
+        }
+    }
+    cluster_wait();   // every CTA of the cluster runs, its barrier set
+#pragma unroll
+    for (int i = 0; i < SLICE; i++) {
+        const int t = threadIdx.x + i * THREADS, c = rank * slice + t;
+        const uint32_t mine = __bfloat16_as_ushort(__float2bfloat16_rn(res[i] + round_bf16(sum[i] + pbias[i])));
+        const uint32_t pair = mine | __shfl_down_sync(0xffffffffu, mine, 1) << 16;
+        if (t >= slice || t % 2) continue;   // (slice is a multiple of 8: pairs never straddle it)
+        const uint32_t dst = smem_addr(reinterpret_cast<bf16 *>(xs) + c), b = smem_addr(bar);
+#pragma unroll
+        for (int d = 0; d < kRanks; d++) store_to_cta(cluster_map(dst, d), pair, cluster_map(b, d));
+        if (out) *reinterpret_cast<uint32_t *>(out + c) = pair;
+    }
+}
+
+// the bias of this thread's channels of the rank's slice, as hand_out_slice takes it
+template <int THREADS, int SLICE>
+__device__ __forceinline__ void load_slice_bias(float (&pbias)[SLICE], const bf16 *bias, int C, int rank) {
+    const int slice = C / kRanks;
+#pragma unroll
+    for (int i = 0; i < SLICE; i++) {
+        const int t = threadIdx.x + i * THREADS;
+        pbias[i] = bias && t < slice ? __bfloat162float(bias[rank * slice + t]) : 0.0f;
+    }
+}
 
 struct Args {
     bf16 *att;                     // (NH * 64)
-    bf16 *x_in;                    // (C): inp as read, the residual of the kernel after
+    bf16 *x_in;                    // (C): the layer's input row, the residual of the kernel after
     float *partials;               // (NH, C): each head's part of the attention projection
-    const bf16 *inp, *lnw, *lnb;   // (C)
+    const bf16 *inp;               // (C): the residual stream (before the last projection's parts)
+    const float *fc_parts;         // (C / 32, C): the layer before's FC projection by cluster of
+                                   // residual_fc_kernel, or NULL (the first layer: inp is the row)
+    const bf16 *fc_bias;           // (C): the layer before's FC projection's bias
+    const bf16 *lnw, *lnb;         // (C)
     const bf16 *weight, *bias;     // (3C, C), (3C)
     const bf16 *proj;              // (C, C): the attention projection's weight
     bf16 *kcache, *vcache;         // (NH, maxT, 64)
@@ -121,12 +175,14 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     // head_qkv, part and head_att are written by the cluster's CTAs with st.async, each completing
     // its bytes on the receiver's barrier: the receiver waits on its own barrier, with no cluster barrier
     // (whose release would also wait for this CTA's global stores)
-    __shared__ uint64_t qkv_full, part_full, att_full;
+    __shared__ uint64_t qkv_full, part_full, att_full, x_full;
     if (threadIdx.x == 0) {
         mbar_init(&qkv_full, 1);
         mbar_init(&part_full, 1);
         mbar_init(&att_full, 1);
+        mbar_init(&x_full, 1);
         mbar_fence_init();
+        if (a.fc_parts) mbar_arrive_expect_tx(&x_full, C * sizeof(bf16));
         mbar_arrive_expect_tx(&qkv_full, 3 * kHS * sizeof(bf16));
         if (rank == 0) mbar_arrive_expect_tx(&part_full, kRanks * (kHS + 2) * sizeof(float));
         mbar_arrive_expect_tx(&att_full, kHS * sizeof(bf16));
@@ -188,15 +244,26 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
         cp_async_16(smem_addr(&proj[o][m]), a.proj + (size_t)(rank * proj_rows + o) * C + h * kHS + m * 8, true);
     }
     cp_async_commit();
+    constexpr int kSlice = (kProjRowsPerChunk * KC + kThreads - 1) / kThreads;
+    float fc_bias[kSlice];
+    load_slice_bias<kThreads>(fc_bias, a.fc_parts ? a.fc_bias : nullptr, C, rank);
     pdl_launch_dependents();
     pdl_wait();
 
-    // ---- layernorm + QKV: the row into shared memory (the kernel before just wrote it), warp 0
-    // normalises it, each warp's 4 outputs
-    for (int c = threadIdx.x; c < nchunks; c += kThreads) {
-        const int4 v = __ldcg(reinterpret_cast<const int4 *>(a.inp) + c);
-        xs[c] = v;
-        if (h == 0 && c % kRanks == rank) reinterpret_cast<int4 *>(a.x_in)[c] = v;   // (one copy)
+    // ---- the row into shared memory (the kernels before just wrote it): after the first layer
+    // the layer before's FC projection summed into it, each rank its eighth for the cluster; head
+    // 0's cluster leaves it in x_in for the kernel after. Then warp 0 normalises it, each warp's
+    // 4 outputs
+    if (a.fc_parts) {   // (uniform)
+        hand_out_slice<kThreads, kSlice, 8 * KC, FULL>(xs, &x_full, h == 0 ? a.x_in : nullptr, a.inp, a.fc_parts,
+                                                      C / 32, fc_bias, C, rank);
+        mbar_wait(&x_full, 0);
+    } else {
+        for (int c = threadIdx.x; c < nchunks; c += kThreads) {
+            const int4 v = __ldcg(reinterpret_cast<const int4 *>(a.inp) + c);
+            xs[c] = v;
+            if (h == 0 && c % kRanks == rank) reinterpret_cast<int4 *>(a.x_in)[c] = v;   // (one copy)
+        }
     }
     __syncthreads();
     if (warp == 0) layernorm_row<KC, kLnEarly>(xs, a.lnw, a.lnb, C, nchunks, lnw, lnb, lane);
@@ -225,7 +292,7 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     // (2, 3) take their neighbour's from lane 8 and 24
     const uint32_t mine = __bfloat16_as_ushort(__float2bfloat16_rn(sum + my_bias));
     const uint32_t pair = mine | __shfl_down_sync(0xffffffffu, mine, 32 / kR) << 16;
-    cluster_wait();   // every CTA of the cluster runs, its barriers set
+    if (!a.fc_parts) cluster_wait();   // every CTA of the cluster runs, its barriers set
     if (lane % (2 * 32 / kR) == 0) {
         const int i = i0 + my_r;   // even: the pair is 4-byte aligned, and never straddles q, k, v
         const uint32_t dst = smem_addr(head_qkv + i), bar = smem_addr(&qkv_full);
@@ -335,24 +402,32 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     }
 }
 
-// ---- residual_fc_kernel: the projection's parts summed, + bias + residual, layernorm + FC + GELU ----
+// ---- residual_fc_kernel: the projection's parts summed, + bias + residual, layernorm + FC + GELU,
+// and the FC projection's parts ----
 // A CTA: 4 warps, each R = 4 rows of the FC matrix with gemv_kernel's plan (fused.cu: weights in
 // registers before the wait, lanes across K, the 4 sums reduced together), 16 rows a CTA, so C / 4
-// CTAs; clusters of kRanks. Rank r of each cluster makes the slice [r C / 8, (r + 1) C / 8) of the
-// new row: x_in + bf16(sum_h partials[h] + bias), each sum over the heads in order, and stores it
-// into every rank's row (st.async, completing on the receiver's barrier); cluster 0 also writes
-// it to x. Then as gemv_kernel: warp 0 layer-norms the row in place, the products, GELU.
+// CTAs; clusters of kRanks. Each rank makes its eighth of the new row from x_in and the heads'
+// parts (hand_out_slice), cluster 0 writes it to x, and every CTA of the cluster has the whole
+// row. Then as gemv_kernel: warp 0 layer-norms the row in place, the products, GELU -> fch.
+// Then the FC projection's part of the CTA's 16 hidden units j (fcproj's columns j, C x 32 bytes,
+// cp.async into shared memory before the wait): thread t takes outputs o = t + 128 i, 16 products
+// each, and stores each sum into the shared memory of the rank that owns o's eighth of the row;
+// each rank sums its eighth over the cluster's 8 CTAs in rank order, the cluster's part of the
+// projection over its 128 hidden units, into fc_parts[cluster] (C / 32 parts in all), which the
+// next layer's first kernel sums into the row (or, after the last layer, residual_parts_kernel).
 constexpr int kFcWarps = 4, kFcThreads = 32 * kFcWarps, kFcR = 4;
 constexpr int kFcRowsPerCta = kFcWarps * kFcR;
 
 struct FcArgs {
     bf16 *x;                      // (C): the residual stream; its new row written by cluster 0
     bf16 *fch;                    // (4C): gelu(layernorm(x) @ weight^T + bias)
+    float *fc_parts;              // (C / 32, C): the FC projection's part of each cluster
     const float *partials;        // (NH, C): qkv_attention_kernel's parts of the projection
     const bf16 *x_in;             // (C): x before this layer's attention block
     const bf16 *proj_bias;        // (C)
     const bf16 *lnw, *lnb;        // (C)
     const bf16 *weight, *bias;    // (4C, C), (4C)
+    const bf16 *fcproj;           // (C, 4C): the FC projection's weight
     int C;
 };
 
@@ -361,18 +436,24 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
     const cg::cluster_group cluster = cg::this_cluster();
     const int rank = (int)cluster.block_rank();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int C = FULL ? KC * 256 : a.C, nchunks = C / 8, NH = C / kHS, slice = C / kRanks;
+    const int C = FULL ? KC * 256 : a.C, nchunks = C / 8, slice = C / kRanks;
+    constexpr int kSlice = (kProjRowsPerChunk * KC + kFcThreads - 1) / kFcThreads;   // slice channels a thread
     __shared__ int4 xs[KC * 32];   // the new row, from every rank of the cluster; then layer-normed
-    __shared__ uint64_t x_full;
+    __shared__ float hidden[kFcRowsPerCta];                      // the CTA's rows of fch
+    __shared__ float owned[kRanks][kProjRowsPerChunk * KC];      // each rank's sums of this rank's eighth
+    extern __shared__ int4 fcproj_cols[];                        // (C, 2): fcproj's columns of the CTA's rows
+    __shared__ uint64_t x_full, owned_full;
     if (threadIdx.x == 0) {
         mbar_init(&x_full, 1);
+        mbar_init(&owned_full, 1);
         mbar_fence_init();
         mbar_arrive_expect_tx(&x_full, C * sizeof(bf16));
+        mbar_arrive_expect_tx(&owned_full, kRanks * slice * sizeof(float));
     }
-    cluster_arrive_relaxed();   // this CTA runs, its barrier set
+    cluster_arrive_relaxed();   // this CTA runs, its barriers set
 
     // ---- before the wait: the warp's FC rows, their biases, the layernorm's weights, the
-    // projection's bias of the rank's slice
+    // projection's bias of the rank's slice, the FC projection's columns
     const int row0 = (blockIdx.x * kFcWarps + warp) * kFcR;
     int4 w[kFcR][KC];
     float bias[kFcR];
@@ -397,44 +478,17 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
             lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
         }
     }
-    constexpr int kSlice = (kProjRowsPerChunk * KC + kFcThreads - 1) / kFcThreads;   // slice channels a thread
     float pbias[kSlice];
-#pragma unroll
-    for (int i = 0; i < kSlice; i++) {
-        const int t = threadIdx.x + i * kFcThreads;
-        pbias[i] = t < slice ? __bfloat162float(a.proj_bias[rank * slice + t]) : 0.0f;
-    }
+    load_slice_bias<kFcThreads>(pbias, a.proj_bias, C, rank);
+    for (int i = threadIdx.x; i < 2 * C; i += kFcThreads)
+        cp_async_16(smem_addr(&fcproj_cols[i]), a.fcproj + (size_t)(i / 2) * 4 * C + blockIdx.x * kFcRowsPerCta + (i % 2) * 8, true);
+    cp_async_commit();
     pdl_launch_dependents();
     pdl_wait();
 
-    // ---- the rank's slice of the new row (every head's part in flight at once), two by two into
-    // every rank's row
-    float sum[kSlice], residual[kSlice];
-#pragma unroll
-    for (int i = 0; i < kSlice; i++) {
-        const int t = threadIdx.x + i * kFcThreads, c = rank * slice + t;
-        sum[i] = residual[i] = 0.0f;
-        if (t >= slice) continue;
-        residual[i] = __bfloat162float(__ldcg(a.x_in + c));
-#pragma unroll
-        for (int h = 0; h < 4 * KC; h++) {   // NH = C / 64 <= 4 KC
-            if (!FULL && h >= NH) break;
-            sum[i] += __ldcg(a.partials + (size_t)h * C + c);
-        }
-    }
-    cluster_wait();   // every CTA of the cluster runs, its barrier set
-#pragma unroll
-    for (int i = 0; i < kSlice; i++) {
-        const int t = threadIdx.x + i * kFcThreads, c = rank * slice + t;
-        // as fused.cu's kBiasResidual epilogue: the product rounded, then the residual added
-        const uint32_t mine = __bfloat16_as_ushort(__float2bfloat16_rn(residual[i] + round_bf16(sum[i] + pbias[i])));
-        const uint32_t pair = mine | __shfl_down_sync(0xffffffffu, mine, 1) << 16;
-        if (t >= slice || t % 2) continue;   // (slice is a multiple of 8: pairs never straddle it)
-        const uint32_t dst = smem_addr(reinterpret_cast<bf16 *>(xs) + c), bar = smem_addr(&x_full);
-#pragma unroll
-        for (int d = 0; d < kRanks; d++) store_to_cta(cluster_map(dst, d), pair, cluster_map(bar, d));
-        if (blockIdx.x < kRanks) *reinterpret_cast<uint32_t *>(a.x + c) = pair;   // cluster 0
-    }
+    // ---- the new row: x_in + the heads' parts of the projection, each rank its eighth
+    hand_out_slice<kFcThreads, kSlice, 4 * KC, FULL>(xs, &x_full, blockIdx.x < kRanks ? a.x : nullptr, a.x_in,
+                                                     a.partials, C / kHS, pbias, C, rank);
     mbar_wait(&x_full, 0);   // the whole row
 
     // ---- layernorm + FC + GELU, as gemv_kernel's kLayernorm input and kBiasGelu epilogue
@@ -460,7 +514,57 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
     for (int r = 0; r < kFcR; r++)
         if (r == my_r) my_bias = bias[r];
     const float v = warp_reduce_scatter<kFcR>(sums, lane);
-    if (lane % (32 / kFcR) == 0) a.fch[row0 + my_r] = __float2bfloat16_rn(gelu_value(round_bf16(v + my_bias)));
+    if (lane % (32 / kFcR) == 0) {
+        const bf16 g = __float2bfloat16_rn(gelu_value(round_bf16(v + my_bias)));
+        a.fch[row0 + my_r] = g;
+        hidden[warp * kFcR + my_r] = __bfloat162float(g);
+    }
+    cp_async_wait<0>();
+    __syncthreads();   // hidden written, every thread's columns of fcproj landed
+
+    // ---- the FC projection's part of the CTA's 16 hidden units, each output to its owner rank
+    float hv[kFcRowsPerCta];
+#pragma unroll
+    for (int j = 0; j < kFcRowsPerCta; j++) hv[j] = hidden[j];
+    constexpr int kOuts = (KC * 256 + kFcThreads - 1) / kFcThreads;
+#pragma unroll
+    for (int i = 0; i < kOuts; i++) {
+        const int o = threadIdx.x + i * kFcThreads;
+        if (o >= C) break;
+        float w0[8], w1[8], sum = 0.0f;
+        unpack_bf16<8>(w0, fcproj_cols[2 * o]);
+        unpack_bf16<8>(w1, fcproj_cols[2 * o + 1]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) sum += w0[j] * hv[j];
+#pragma unroll
+        for (int j = 0; j < 8; j++) sum += w1[j] * hv[8 + j];
+        const int owner = o / slice;
+        store_to_cta(cluster_map(smem_addr(&owned[rank][o % slice]), owner), __float_as_uint(sum),
+                     cluster_map(smem_addr(&owned_full), owner));
+    }
+    mbar_wait(&owned_full, 0);   // every rank's sums of this rank's eighth (so this CTA outlives their stores)
+#pragma unroll
+    for (int i = 0; i < kSlice; i++) {
+        const int t = threadIdx.x + i * kFcThreads;
+        if (t >= slice) break;
+        float part = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kRanks; r++) part += owned[r][t];
+        a.fc_parts[(size_t)(blockIdx.x / kRanks) * C + rank * slice + t] = part;
+    }
+}
+
+// ---- after the last layer: x += bf16(sum of the FC projection's parts + bias), one thread a channel
+__global__ void residual_parts_kernel(bf16 *x, const float *parts, int nparts, const bf16 *bias, int C) {
+    pdl_launch_dependents();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const float b = c < C ? __bfloat162float(bias[c]) : 0.0f;
+    pdl_wait();
+    if (c >= C) return;
+    float sum = 0.0f;
+#pragma unroll 8
+    for (int k = 0; k < nparts; k++) sum += __ldcg(parts + (size_t)k * C + c);
+    x[c] = __float2bfloat16_rn(__bfloat162float(x[c]) + round_bf16(sum + b));
 }
 
 template <int KC>
@@ -470,62 +574,90 @@ void launch(const Args &a, const FcArgs &f, int NH) {
     launch_pdl_cluster(kernel, NH * kRanks, kThreads, 0, kRanks, a);
     LAUNCH_CHECK();
     void (*fc)(FcArgs) = full ? residual_fc_kernel<KC, true> : residual_fc_kernel<KC, false>;
-    launch_pdl_cluster(fc, 4 * a.C / kFcRowsPerCta, kFcThreads, 0, kRanks, f);
+    const size_t smem = (size_t)a.C * 2 * sizeof(int4);   // fcproj_cols
+    static bool asked[2] = {};
+    if (!asked[full]) {   // past the 48 KiB a kernel gets without asking from C = 1,536
+        CUDA_CHECK(cudaFuncSetAttribute(fc, cudaFuncAttributeMaxDynamicSharedMemorySize, KC * 256 * 2 * (int)sizeof(int4)));
+        asked[full] = true;
+    }
+    launch_pdl_cluster(fc, 4 * a.C / kFcRowsPerCta, kFcThreads, smem, kRanks, f);
     LAUNCH_CHECK();
 }
 
 }  // namespace
 
-// the scratch: x_in (C), then partials (NH, C) fp32 on a 256-byte boundary, for any C it takes
-constexpr size_t kXInBytes = (kMaxKC * 256 * sizeof(bf16) + 255) / 256 * 256;
+// the scratch, for any C it takes: x_in (C), then partials (NH, C) and fc_parts (C / 32, C) fp32,
+// each on a 256-byte boundary
+constexpr int kMaxC = kMaxKC * 256;
+constexpr size_t kXInBytes = (kMaxC * sizeof(bf16) + 255) / 256 * 256;
+constexpr size_t kPartialsBytes = (size_t)(kMaxC / kHS) * kMaxC * sizeof(float);
 
-size_t decode_block_sm90_scratch_size(void) {
-    return kXInBytes + (size_t)(kMaxKC * 256 / kHS) * kMaxKC * 256 * sizeof(float);
+size_t decode_layers_sm90_scratch_size(void) {
+    return kXInBytes + kPartialsBytes + (size_t)(kMaxC / 32) * kMaxC * sizeof(float);
 }
 
-bool decode_block_sm90_fits(int B, int C, int NH, int HS, const DecodeBlockWeights *w, const void *x,
-                            const void *kcache, const void *vcache) {
-    return DECODE_BLOCK && cuda_is_sm90() && B == 1 && HS == kHS && C == NH * HS && C <= kMaxKC * 256 &&
-           w->qkvb && w->attprojb && w->fcb && is_aligned16(x) && is_aligned16(w->ln1w) &&
-           is_aligned16(w->ln1b) && is_aligned16(w->qkvw) && is_aligned16(w->attprojw) &&
-           is_aligned16(w->ln2w) && is_aligned16(w->ln2b) && is_aligned16(w->fcw) &&
-           is_aligned16(kcache) && is_aligned16(vcache);
+bool decode_layers_sm90_fits(int B, int C, int NH, int HS, const DecodeLayerWeights *w, int L,
+                             const void *x, const void *kcache, const void *vcache) {
+    if (!(DECODE_BLOCK && cuda_is_sm90() && B == 1 && HS == kHS && C == NH * HS && C <= kMaxC && L >= 1 &&
+          is_aligned16(x) && is_aligned16(kcache) && is_aligned16(vcache)))
+        return false;
+    for (int l = 0; l < L; l++) {
+        const DecodeLayerWeights *p = &w[l];
+        if (!p->qkvb || !p->attprojb || !p->fcb || !p->fcprojb || !is_aligned16(p->ln1w) ||
+            !is_aligned16(p->ln1b) || !is_aligned16(p->qkvw) || !is_aligned16(p->attprojw) ||
+            !is_aligned16(p->ln2w) || !is_aligned16(p->ln2b) || !is_aligned16(p->fcw) ||
+            !is_aligned16(p->fcprojw))
+            return false;
+    }
+    return true;
 }
 
-void decode_block_sm90(floatX *x, floatX *fch, floatX *att, void *scratch, const DecodeBlockWeights *w,
-                       floatX *kcache, floatX *vcache, const int *pos, int C, int maxT, int NH) {
-    if (!decode_block_sm90_fits(1, C, NH, C / NH, w, x, kcache, vcache) || !is_aligned16(scratch))
-        die("decode_block_sm90: a call it does not take (C=%d, NH=%d)", C, NH);
+void decode_layers_sm90(floatX *x, floatX *att, floatX *fch, void *scratch, const DecodeLayerWeights *w,
+                        int L, floatX *kcache, floatX *vcache, size_t layer_stride, const int *pos,
+                        int C, int maxT, int NH) {
+    if (!decode_layers_sm90_fits(1, C, NH, C / NH, w, L, x, kcache, vcache) || !is_aligned16(scratch))
+        die("decode_layers_sm90: a call it does not take (C=%d, NH=%d, L=%d)", C, NH, L);
     bf16 *x_in = (bf16 *)scratch;
     float *partials = (float *)((char *)scratch + kXInBytes);
-    Args a = {};
-    a.att = BF(att);
-    a.x_in = x_in;
-    a.partials = partials;
-    a.inp = CBF(x);
-    a.lnw = CBF(w->ln1w);
-    a.lnb = CBF(w->ln1b);
-    a.weight = CBF(w->qkvw);
-    a.bias = CBF(w->qkvb);
-    a.proj = CBF(w->attprojw);
-    a.kcache = BF(kcache);
-    a.vcache = BF(vcache);
-    a.pos = pos;
-    a.C = C;
-    a.maxT = maxT;
-    a.scale_log2 = kLog2e / sqrtf((float)kHS);
-    FcArgs f = {};
-    f.x = BF(x);
-    f.fch = BF(fch);
-    f.partials = partials;
-    f.x_in = x_in;
-    f.proj_bias = CBF(w->attprojb);
-    f.lnw = CBF(w->ln2w);
-    f.lnb = CBF(w->ln2b);
-    f.weight = CBF(w->fcw);
-    f.bias = CBF(w->fcb);
-    f.C = C;
-    if (C <= 3 * 256) launch<3>(a, f, NH);
-    else if (C <= 4 * 256) launch<4>(a, f, NH);
-    else launch<kMaxKC>(a, f, NH);
+    float *fc_parts = (float *)((char *)scratch + kXInBytes + kPartialsBytes);
+    for (int l = 0; l < L; l++) {
+        Args a = {};
+        a.att = BF(att);
+        a.x_in = x_in;
+        a.partials = partials;
+        a.inp = CBF(x);
+        a.fc_parts = l > 0 ? fc_parts : nullptr;
+        a.fc_bias = l > 0 ? CBF(w[l - 1].fcprojb) : nullptr;
+        a.lnw = CBF(w[l].ln1w);
+        a.lnb = CBF(w[l].ln1b);
+        a.weight = CBF(w[l].qkvw);
+        a.bias = CBF(w[l].qkvb);
+        a.proj = CBF(w[l].attprojw);
+        a.kcache = BF(kcache + l * layer_stride);
+        a.vcache = BF(vcache + l * layer_stride);
+        a.pos = pos;
+        a.C = C;
+        a.maxT = maxT;
+        a.scale_log2 = kLog2e / sqrtf((float)kHS);
+        FcArgs f = {};
+        f.x = BF(x);
+        f.fch = BF(fch);
+        f.fc_parts = fc_parts;
+        f.partials = partials;
+        f.x_in = x_in;
+        f.proj_bias = CBF(w[l].attprojb);
+        f.lnw = CBF(w[l].ln2w);
+        f.lnb = CBF(w[l].ln2b);
+        f.weight = CBF(w[l].fcw);
+        f.bias = CBF(w[l].fcb);
+        f.fcproj = CBF(w[l].fcprojw);
+        f.C = C;
+        if (C <= 3 * 256) launch<3>(a, f, NH);
+        else if (C <= 4 * 256) launch<4>(a, f, NH);
+        else launch<kMaxKC>(a, f, NH);
+    }
+    // the last layer's FC projection into x
+    launch_pdl(residual_parts_kernel, ceil_div(C, 256), 256, 0, BF(x), (const float *)fc_parts, C / 32,
+               CBF(w[L - 1].fcprojb), C);
+    LAUNCH_CHECK();
 }
