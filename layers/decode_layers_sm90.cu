@@ -409,13 +409,12 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
 // CTAs; clusters of kRanks. Each rank makes its eighth of the new row from x_in and the heads'
 // parts (hand_out_slice), cluster 0 writes it to x, and every CTA of the cluster has the whole
 // row. Then as gemv_kernel: warp 0 layer-norms the row in place, the products, GELU -> fch.
-// Then the FC projection's part of the cluster's 128 hidden units: each CTA hands its 16 to every
-// rank (st.async), and rank r multiplies the 128 by its eighth of fcproj's rows, columns of the
-// cluster's hidden units (C / 8 rows of 256 bytes, cp.async into shared memory before the wait;
-// 16 lanes a row), into fc_parts[cluster] (C / 32 parts in all), which the next layer's first
-// kernel sums into the row (or, after the last layer, residual_parts_kernel). (Each CTA
-// multiplying its own 16 hidden units by their C x 32 bytes of fcproj and handing the C sums to
-// their owner ranks took 1.7 us of the step's path: docs/PERF.md, twenty-seventh session, call 3.)
+// Then the FC projection's part of the CTA's 16 hidden units j (fcproj's columns j, C x 32 bytes,
+// cp.async into shared memory before the wait): thread t takes outputs o = t + 128 i, 16 products
+// each, and stores each sum into the shared memory of the rank that owns o's eighth of the row;
+// each rank sums its eighth over the cluster's 8 CTAs in rank order, the cluster's part of the
+// projection over its 128 hidden units, into fc_parts[cluster] (C / 32 parts in all), which the
+// next layer's first kernel sums into the row (or, after the last layer, residual_parts_kernel).
 constexpr int kFcWarps = 4, kFcThreads = 32 * kFcWarps, kFcR = 4;
 constexpr int kFcRowsPerCta = kFcWarps * kFcR;
 
@@ -440,17 +439,16 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
     const int C = FULL ? KC * 256 : a.C, nchunks = C / 8, slice = C / kRanks;
     constexpr int kSlice = (kProjRowsPerChunk * KC + kFcThreads - 1) / kFcThreads;   // slice channels a thread
     __shared__ int4 xs[KC * 32];   // the new row, from every rank of the cluster; then layer-normed
-    constexpr int kHidden = kRanks * kFcRowsPerCta;                  // the cluster's rows of fch
-    __shared__ __align__(16) bf16 hidden[kHidden];                   // from every rank
-    extern __shared__ int4 fcproj_rows[];                             // (C / 8, 16): the rank's rows of fcproj,
-                                                                      // the cluster's hidden units' columns
-    __shared__ uint64_t x_full, hidden_full;
+    __shared__ float hidden[kFcRowsPerCta];                      // the CTA's rows of fch
+    __shared__ float owned[kRanks][kProjRowsPerChunk * KC];      // each rank's sums of this rank's eighth
+    extern __shared__ int4 fcproj_cols[];                        // (C, 2): fcproj's columns of the CTA's rows
+    __shared__ uint64_t x_full, owned_full;
     if (threadIdx.x == 0) {
         mbar_init(&x_full, 1);
-        mbar_init(&hidden_full, 1);
+        mbar_init(&owned_full, 1);
         mbar_fence_init();
         mbar_arrive_expect_tx(&x_full, C * sizeof(bf16));
-        mbar_arrive_expect_tx(&hidden_full, kHidden * sizeof(bf16));
+        mbar_arrive_expect_tx(&owned_full, kRanks * slice * sizeof(float));
     }
     cluster_arrive_relaxed();   // this CTA runs, its barriers set
 
@@ -482,11 +480,8 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
     }
     float pbias[kSlice];
     load_slice_bias<kFcThreads>(pbias, a.proj_bias, C, rank);
-    constexpr int kRowChunks = kHidden / 8;   // 16-byte pieces of a row of fcproj_rows
-    const int hidden0 = blockIdx.x / kRanks * kHidden;   // the cluster's first hidden unit
-    for (int i = threadIdx.x; i < slice * kRowChunks; i += kFcThreads)
-        cp_async_16(smem_addr(&fcproj_rows[i]),
-                    a.fcproj + (size_t)(rank * slice + i / kRowChunks) * 4 * C + hidden0 + (i % kRowChunks) * 8, true);
+    for (int i = threadIdx.x; i < 2 * C; i += kFcThreads)
+        cp_async_16(smem_addr(&fcproj_cols[i]), a.fcproj + (size_t)(i / 2) * 4 * C + blockIdx.x * kFcRowsPerCta + (i % 2) * 8, true);
     cp_async_commit();
     pdl_launch_dependents();
     pdl_wait();
@@ -519,45 +514,43 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
     for (int r = 0; r < kFcR; r++)
         if (r == my_r) my_bias = bias[r];
     const float v = warp_reduce_scatter<kFcR>(sums, lane);
-    const bf16 g = __float2bfloat16_rn(gelu_value(round_bf16(v + my_bias)));
-    if (lane % (32 / kFcR) == 0) a.fch[row0 + my_r] = g;
-    // rows 2k, 2k + 1 of the warp in pairs (lanes 0 and 16, their neighbour's from lanes 8 and 24)
-    // into every rank's hidden
-    const uint32_t mine = __bfloat16_as_ushort(g);
-    const uint32_t pair = mine | __shfl_down_sync(0xffffffffu, mine, 32 / kFcR) << 16;
-    if (lane % (2 * 32 / kFcR) == 0) {
-        const uint32_t dst = smem_addr(hidden + rank * kFcRowsPerCta + warp * kFcR + my_r), bar = smem_addr(&hidden_full);
-#pragma unroll
-        for (int d = 0; d < kRanks; d++) store_to_cta(cluster_map(dst, d), pair, cluster_map(bar, d));
+    if (lane % (32 / kFcR) == 0) {
+        const bf16 g = __float2bfloat16_rn(gelu_value(round_bf16(v + my_bias)));
+        a.fch[row0 + my_r] = g;
+        hidden[warp * kFcR + my_r] = __bfloat162float(g);
     }
     cp_async_wait<0>();
-    __syncthreads();          // every thread's rows of fcproj landed
-    mbar_wait(&hidden_full, 0);   // the cluster's 128 (so this CTA outlives the others' stores)
+    __syncthreads();   // hidden written, every thread's columns of fcproj landed
 
-    // ---- the FC projection's part of the cluster's hidden units: the rank's outputs
-    // o = p * 8 + thread / 16, lane m of 16 taking hidden units [8 m, 8 m + 8)
-    const int m = threadIdx.x % kRowChunks;
-    float hv[8];
-    unpack_bf16<8>(hv, reinterpret_cast<const int4 *>(hidden)[m]);
-    constexpr int kRowsAPass = kFcThreads / kRowChunks, kPasses = (kProjRowsPerChunk * KC + kRowsAPass - 1) / kRowsAPass;
-    float ps[kPasses];
+    // ---- the FC projection's part of the CTA's 16 hidden units, each output to its owner rank
+    float hv[kFcRowsPerCta];
 #pragma unroll
-    for (int p = 0; p < kPasses; p++) {
-        const int o = p * kRowsAPass + threadIdx.x / kRowChunks;
-        ps[p] = 0.0f;
-        if (o < slice) {
-            float wv[8];
-            unpack_bf16<8>(wv, fcproj_rows[o * kRowChunks + m]);
+    for (int j = 0; j < kFcRowsPerCta; j++) hv[j] = hidden[j];
+    constexpr int kOuts = (KC * 256 + kFcThreads - 1) / kFcThreads;
 #pragma unroll
-            for (int k = 0; k < 8; k++) ps[p] += wv[k] * hv[k];
-        }
+    for (int i = 0; i < kOuts; i++) {
+        const int o = threadIdx.x + i * kFcThreads;
+        if (o >= C) break;
+        float w0[8], w1[8], sum = 0.0f;
+        unpack_bf16<8>(w0, fcproj_cols[2 * o]);
+        unpack_bf16<8>(w1, fcproj_cols[2 * o + 1]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) sum += w0[j] * hv[j];
+#pragma unroll
+        for (int j = 0; j < 8; j++) sum += w1[j] * hv[8 + j];
+        const int owner = o / slice;
+        store_to_cta(cluster_map(smem_addr(&owned[rank][o % slice]), owner), __float_as_uint(sum),
+                     cluster_map(smem_addr(&owned_full), owner));
     }
+    mbar_wait(&owned_full, 0);   // every rank's sums of this rank's eighth (so this CTA outlives their stores)
 #pragma unroll
-    for (int p = 0; p < kPasses; p++) {
+    for (int i = 0; i < kSlice; i++) {
+        const int t = threadIdx.x + i * kFcThreads;
+        if (t >= slice) break;
+        float part = 0.0f;
 #pragma unroll
-        for (int offset = kRowChunks / 2; offset >= 1; offset >>= 1) ps[p] += __shfl_xor_sync(0xffffffffu, ps[p], offset);
-        const int o = p * kRowsAPass + threadIdx.x / kRowChunks;
-        if (m == 0 && o < slice) a.fc_parts[(size_t)(blockIdx.x / kRanks) * C + rank * slice + o] = ps[p];
+        for (int r = 0; r < kRanks; r++) part += owned[r][t];
+        a.fc_parts[(size_t)(blockIdx.x / kRanks) * C + rank * slice + t] = part;
     }
 }
 
@@ -581,10 +574,10 @@ void launch(const Args &a, const FcArgs &f, int NH) {
     launch_pdl_cluster(kernel, NH * kRanks, kThreads, 0, kRanks, a);
     LAUNCH_CHECK();
     void (*fc)(FcArgs) = full ? residual_fc_kernel<KC, true> : residual_fc_kernel<KC, false>;
-    const size_t smem = (size_t)a.C / kRanks * (kRanks * kFcRowsPerCta / 8) * sizeof(int4);   // fcproj_rows
+    const size_t smem = (size_t)a.C * 2 * sizeof(int4);   // fcproj_cols
     static bool asked[2] = {};
     if (!asked[full]) {   // past the 48 KiB a kernel gets without asking from C = 1,536
-        CUDA_CHECK(cudaFuncSetAttribute(fc, cudaFuncAttributeMaxDynamicSharedMemorySize, KC * 256 * 2 * (int)sizeof(int4)));   // (= smem at C = KC * 256)
+        CUDA_CHECK(cudaFuncSetAttribute(fc, cudaFuncAttributeMaxDynamicSharedMemorySize, KC * 256 * 2 * (int)sizeof(int4)));
         asked[full] = true;
     }
     launch_pdl_cluster(fc, 4 * a.C / kFcRowsPerCta, kFcThreads, smem, kRanks, f);
