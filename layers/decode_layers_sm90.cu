@@ -1,10 +1,13 @@
-// decode_layers_sm90.cu: a decode layer's attention block and the MLP's first matmul at one row on
-// Hopper, as two kernels, each a grid of thread-block clusters:
-//   qkv_attention_kernel  layernorm + QKV + attention + the attention projection's part of each
-//                         head: a cluster of kRanks CTAs a head
-//   residual_fc_kernel    the projection's parts summed + bias + residual, layernorm + FC + GELU:
-//                         clusters of kRanks CTAs, each cluster the whole row
-// (the MLP's projection after them is fused.cu's GEMV).
+// decode_layers_sm90.cu: the decode step's layers at one row on Hopper, two kernels a layer,
+// each a grid of thread-block clusters, and one after the last layer:
+//   qkv_attention_kernel   the layer before's FC projection parts summed into the row (from the
+//                          second layer on), layernorm + QKV + attention + the attention
+//                          projection's part of each head: a cluster of kRanks CTAs a head
+//   residual_fc_kernel     the attention projection's parts summed into the row, layernorm + FC +
+//                          GELU + the FC projection's part of each cluster: clusters of kRanks
+//                          CTAs, each cluster the whole row
+//   residual_parts_kernel  after the last layer: its FC projection's parts summed into x
+// (then the LM head, fused.cu's GEMV).
 //
 // Why: at batch 1 a decode step's time is its kernel boundaries and each kernel's chain of
 // latencies after its wait, not its bytes (docs/PERF.md, thirteenth session: the QKV GEMV 2.2 us
@@ -26,7 +29,13 @@
 // after it sums them: each of its clusters' ranks sums the NH parts of its eighth of the row (in
 // head order: the same bits every run), adds the bias and the residual, and hands its eighth to
 // every rank of its cluster, so each CTA has the whole new row for the layernorm and its FC rows
-// without a grid-wide boundary (docs/PERF.md, twenty-seventh session).
+// without a grid-wide boundary. The FC projection (C outputs from 4C) the same way: each CTA of
+// the FC kernel multiplies its 16 hidden units by their columns of fcproj, each cluster sums its
+// CTAs' products into its part, (C / 32, C) fp32, and the next layer's cluster kernel sums the parts
+// into the row as the FC kernel sums the heads'. So a layer is two kernels where it was four (a
+// GEMV each for the projections): 9.9 -> 8.7 us on the step's path (docs/PERF.md, twenty-seventh
+// session; fcproj's 4.7 MB, now asked for one kernel ahead with the FC's, cost most of what the
+// FC projection's boundary saved: without them the step measured 9.8% faster).
 //
 // qkv_attention_kernel, head h, rank r of the cluster (6 warps; w: warp):
 //   before pdl_wait  the weight rows of outputs i = 24 r + 4 w + (0..3) of the head's [q | k | v]
@@ -34,8 +43,10 @@
 //                    layernorm's weights; the first round of the cache rows of the rank's
 //                    positions [r chunk, (r + 1) chunk), chunk = ceil(len / 8); cp.async of the
 //                    projection's rows [r C / 8, (r + 1) C / 8), columns [64 h, 64 h + 64)
-//   after it         inp -> shared memory (head 0's cluster also copies it to x_in, the
-//                    residual for the kernel after); warp 0 layer-norms it in place; the
+//   after it         the row -> shared memory: inp at the first layer, else inp + the layer
+//                    before's FC projection parts, rank r its eighth, to every rank (head 0's
+//                    cluster also leaves it in x_in, the residual for the kernel after); warp 0
+//                    layer-norms it in place; the
 //                    products; lane 8k of warp w holds output i = 24 r + 4 w + k: bf16(sum +
 //                    bias), two by two, into every rank's head_qkv[i] (st.async into
 //                    distributed shared memory, completing on the receiver's barrier), and for
@@ -54,7 +65,8 @@
 // Numerics: the QKV outputs are gemv_kernel's (the same products and sums in the same order, so
 // the same bits at C = 768); the attention sums in another order than the split kernel's; the
 // projection sums each head's 64 products, then the heads in order, where the GEMV summed the C
-// products in its own order; the layernorm and the FC are gemv_kernel's.
+// products in its own order (and the FC projection 16 hidden units a CTA, then the CTAs of a
+// cluster, then the clusters); the layernorms and the FC are gemv_kernel's.
 #include <cooperative_groups.h>
 #include <math.h>
 
@@ -85,6 +97,66 @@ constexpr int kG = kHS / 8;                  // lanes a cache row, 8 channels ea
 constexpr int kGroups = kThreads / kG;       // cache rows a round takes side by side
 constexpr int kRows = 4;                     // cache rows a group a round, loaded together
 constexpr int kRound = kGroups * kRows;      // positions a round
+
+// ---- a warp's rows of a matrix times the layer-normed row, with gemv_kernel's plan (fused.cu) ----
+// Before the wait: the warp's R weight rows row_of(0 .. R-1) of weight (rows of C), lane l taking
+// the 16-byte chunks c = j * 32 + l, j < KC, and their biases.
+template <int R, int KC, bool FULL, typename RowOf>
+__device__ __forceinline__ void load_warp_rows(int4 (&w)[R][KC], float (&bias)[R], const bf16 *weight,
+                                               const bf16 *bias_in, RowOf row_of, int C, int lane) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int row = row_of(r);
+#pragma unroll
+        for (int j = 0; j < KC; j++) {
+            const int c = j * 32 + lane;
+            w[r][j] = make_int4(0, 0, 0, 0);
+            if (FULL || c < C / 8) w[r][j] = load_streaming(weight + (size_t)row * C + c * 8);
+        }
+        bias[r] = __bfloat162float(bias_in[row]);
+    }
+}
+// and the layernorm's weights, lane l's chunks as layernorm_row (gemv.cuh) takes them, where they
+// fit beside the matrix's in registers (C <= 768, as gemv_kernel)
+template <int KC, bool FULL>
+__device__ __forceinline__ void load_ln_weights(int4 (&lnw)[KC], int4 (&lnb)[KC], const bf16 *w,
+                                                const bf16 *b, int C, int lane) {
+#pragma unroll
+    for (int j = 0; j < KC; j++) {
+        const int c = j * 32 + lane;
+        lnw[j] = lnb[j] = make_int4(0, 0, 0, 0);
+        if (KC <= 3 && (FULL || c < C / 8)) {
+            lnw[j] = *reinterpret_cast<const int4 *>(w + c * 8);
+            lnb[j] = *reinterpret_cast<const int4 *>(b + c * 8);
+        }
+    }
+}
+// After it, with the row in xs (C / 8 chunks, layer-normed): the warp's R sums, reduced together
+// (warp_reduce_scatter); lane l gets row l / (32 / R)'s sum plus its bias.
+template <int R, int KC, bool FULL>
+__device__ __forceinline__ float warp_rows_times_row(const int4 (&w)[R][KC], const float (&bias)[R],
+                                                     const int4 *xs, int C, int lane) {
+    float sums[R] = {};
+#pragma unroll
+    for (int j = 0; j < KC; j++) {
+        const int c = j * 32 + lane;
+        if (!FULL && c >= C / 8) break;
+        float xv[8], wf[R][8];
+        unpack_bf16<8>(xv, xs[c]);
+#pragma unroll
+        for (int r = 0; r < R; r++) unpack_bf16<8>(wf[r], w[r][j]);
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) sums[r] += wf[r][k] * xv[k];
+    }
+    const int my_r = lane / (32 / R);
+    float my_bias = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (r == my_r) my_bias = bias[r];
+    return warp_reduce_scatter<R>(sums, lane) + my_bias;
+}
 
 // a rank's eighth of a row: C / kRanks channels, at most 32 KC (C <= KC * 256); the attention
 // projection's rows a rank of a head's cluster multiplies, the slice of a new row a rank sums
@@ -195,28 +267,13 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     const int i0 = (rank * kWarps + warp) * kR;   // the warp's first output of the head's 192
     int4 w[kR][KC];
     float bias[kR];
-#pragma unroll
-    for (int r = 0; r < kR; r++) {
-        const int i = i0 + r, row = (i / kHS) * C + h * kHS + i % kHS;
-#pragma unroll
-        for (int j = 0; j < KC; j++) {
-            const int c = j * 32 + lane;
-            w[r][j] = make_int4(0, 0, 0, 0);
-            if (FULL || c < nchunks) w[r][j] = load_streaming(a.weight + (size_t)row * C + c * 8);
-        }
-        bias[r] = __bfloat162float(a.bias[row]);
-    }
+    load_warp_rows<kR, KC, FULL>(w, bias, a.weight, a.bias, [&](int r) {   // output i of the head's q, k, v
+        const int i = i0 + r;
+        return (i / kHS) * C + h * kHS + i % kHS;
+    }, C, lane);
     constexpr bool kLnEarly = KC <= 3;
     int4 lnw[KC], lnb[KC];
-#pragma unroll
-    for (int j = 0; j < KC; j++) {
-        const int c = j * 32 + lane;
-        lnw[j] = lnb[j] = make_int4(0, 0, 0, 0);
-        if (kLnEarly && (FULL || c < nchunks)) {
-            lnw[j] = *reinterpret_cast<const int4 *>(a.lnw + c * 8);
-            lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
-        }
-    }
+    load_ln_weights<KC, FULL>(lnw, lnb, a.lnw, a.lnb, C, lane);
     const int len = *a.pos + 1, new_pos = len - 1;   // the host wrote the position before the step
     const int chunk = (len + kRanks - 1) / kRanks;
     const int start = rank * chunk, end = min(start + chunk, len);
@@ -268,29 +325,11 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     __syncthreads();
     if (warp == 0) layernorm_row<KC, kLnEarly>(xs, a.lnw, a.lnb, C, nchunks, lnw, lnb, lane);
     __syncthreads();
-    float sums[kR] = {};
-#pragma unroll
-    for (int j = 0; j < KC; j++) {
-        const int c = j * 32 + lane;
-        if (!FULL && c >= nchunks) break;
-        float xv[8], wf[kR][8];
-        unpack_bf16<8>(xv, xs[c]);
-#pragma unroll
-        for (int r = 0; r < kR; r++) unpack_bf16<8>(wf[r], w[r][j]);
-#pragma unroll
-        for (int r = 0; r < kR; r++)
-#pragma unroll
-            for (int k = 0; k < 8; k++) sums[r] += wf[r][k] * xv[k];
-    }
-    const int my_r = lane / (32 / kR);   // after the reduction lane l holds output i0 + l / 8
-    float my_bias = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kR; r++)
-        if (r == my_r) my_bias = bias[r];
-    const float sum = warp_reduce_scatter<kR>(sums, lane);
+    const int my_r = lane / (32 / kR);   // lane l holds output i0 + l / 8
+    const float sum = warp_rows_times_row<kR, KC, FULL>(w, bias, xs, C, lane);
     // outputs i0 + my_r in pairs, 4 bytes a store: lane 0 (outputs 0, 1 of the warp's 4) and 16
     // (2, 3) take their neighbour's from lane 8 and 24
-    const uint32_t mine = __bfloat16_as_ushort(__float2bfloat16_rn(sum + my_bias));
+    const uint32_t mine = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
     const uint32_t pair = mine | __shfl_down_sync(0xffffffffu, mine, 32 / kR) << 16;
     if (!a.fc_parts) cluster_wait();   // every CTA of the cluster runs, its barriers set
     if (lane % (2 * 32 / kR) == 0) {
@@ -457,27 +496,10 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
     const int row0 = (blockIdx.x * kFcWarps + warp) * kFcR;
     int4 w[kFcR][KC];
     float bias[kFcR];
-#pragma unroll
-    for (int r = 0; r < kFcR; r++) {
-#pragma unroll
-        for (int j = 0; j < KC; j++) {
-            const int c = j * 32 + lane;
-            w[r][j] = make_int4(0, 0, 0, 0);
-            if (FULL || c < nchunks) w[r][j] = load_streaming(a.weight + (size_t)(row0 + r) * C + c * 8);
-        }
-        bias[r] = __bfloat162float(a.bias[row0 + r]);
-    }
+    load_warp_rows<kFcR, KC, FULL>(w, bias, a.weight, a.bias, [&](int r) { return row0 + r; }, C, lane);
     constexpr bool kLnEarly = KC <= 3;
     int4 lnw[KC], lnb[KC];
-#pragma unroll
-    for (int j = 0; j < KC; j++) {
-        const int c = j * 32 + lane;
-        lnw[j] = lnb[j] = make_int4(0, 0, 0, 0);
-        if (kLnEarly && (FULL || c < nchunks)) {
-            lnw[j] = *reinterpret_cast<const int4 *>(a.lnw + c * 8);
-            lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
-        }
-    }
+    load_ln_weights<KC, FULL>(lnw, lnb, a.lnw, a.lnb, C, lane);
     float pbias[kSlice];
     load_slice_bias<kFcThreads>(pbias, a.proj_bias, C, rank);
     for (int i = threadIdx.x; i < 2 * C; i += kFcThreads)
@@ -494,28 +516,10 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
     // ---- layernorm + FC + GELU, as gemv_kernel's kLayernorm input and kBiasGelu epilogue
     if (warp == 0) layernorm_row<KC, kLnEarly>(xs, a.lnw, a.lnb, C, nchunks, lnw, lnb, lane);
     __syncthreads();
-    float sums[kFcR] = {};
-#pragma unroll
-    for (int j = 0; j < KC; j++) {
-        const int c = j * 32 + lane;
-        if (!FULL && c >= nchunks) break;
-        float xv[8], wf[kFcR][8];
-        unpack_bf16<8>(xv, xs[c]);
-#pragma unroll
-        for (int r = 0; r < kFcR; r++) unpack_bf16<8>(wf[r], w[r][j]);
-#pragma unroll
-        for (int r = 0; r < kFcR; r++)
-#pragma unroll
-            for (int k = 0; k < 8; k++) sums[r] += wf[r][k] * xv[k];
-    }
-    const int my_r = lane / (32 / kFcR);   // after the reduction lane l holds row row0 + l / 8
-    float my_bias = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kFcR; r++)
-        if (r == my_r) my_bias = bias[r];
-    const float v = warp_reduce_scatter<kFcR>(sums, lane);
+    const int my_r = lane / (32 / kFcR);   // lane l holds row row0 + l / 8
+    const float v = warp_rows_times_row<kFcR, KC, FULL>(w, bias, xs, C, lane);
     if (lane % (32 / kFcR) == 0) {
-        const bf16 g = __float2bfloat16_rn(gelu_value(round_bf16(v + my_bias)));
+        const bf16 g = __float2bfloat16_rn(gelu_value(round_bf16(v)));
         a.fch[row0 + my_r] = g;
         hidden[warp * kFcR + my_r] = __bfloat162float(g);
     }
