@@ -6,8 +6,9 @@
 //   residual_fc_kernel     the attention projection's parts summed into the row, layernorm + FC +
 //                          GELU + the FC projection's part of each cluster: clusters of kRanks
 //                          CTAs, each cluster the whole row
-//   residual_parts_kernel  after the last layer: its FC projection's parts summed into x
-// (then the LM head, fused.cu's GEMV).
+// The last layer's FC kernel leaves the FC projection to the caller (fused.cu's GEMV: 2.4 us on
+// the path, where its parts and a kernel summing them into x took 3.8, docs/PERF.md,
+// twenty-seventh session), then the LM head.
 //
 // Why: at batch 1 a decode step's time is its kernel boundaries and each kernel's chain of
 // latencies after its wait, not its bytes (docs/PERF.md, thirteenth session: the QKV GEMV 2.2 us
@@ -453,7 +454,7 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
 // each, and stores each sum into the shared memory of the rank that owns o's eighth of the row;
 // each rank sums its eighth over the cluster's 8 CTAs in rank order, the cluster's part of the
 // projection over its 128 hidden units, into fc_parts[cluster] (C / 32 parts in all), which the
-// next layer's first kernel sums into the row (or, after the last layer, residual_parts_kernel).
+// next layer's first kernel sums into the row (the last layer's: fcproj NULL, none).
 constexpr int kFcWarps = 4, kFcThreads = 32 * kFcWarps, kFcR = 4;
 constexpr int kFcRowsPerCta = kFcWarps * kFcR;
 
@@ -466,7 +467,7 @@ struct FcArgs {
     const bf16 *proj_bias;        // (C)
     const bf16 *lnw, *lnb;        // (C)
     const bf16 *weight, *bias;    // (4C, C), (4C)
-    const bf16 *fcproj;           // (C, 4C): the FC projection's weight
+    const bf16 *fcproj;           // (C, 4C): the FC projection's weight; NULL: no parts (the last layer)
     int C;
 };
 
@@ -502,8 +503,9 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
     load_ln_weights<KC, FULL>(lnw, lnb, a.lnw, a.lnb, C, lane);
     float pbias[kSlice];
     load_slice_bias<kFcThreads>(pbias, a.proj_bias, C, rank);
-    for (int i = threadIdx.x; i < 2 * C; i += kFcThreads)
-        cp_async_16(smem_addr(&fcproj_cols[i]), a.fcproj + (size_t)(i / 2) * 4 * C + blockIdx.x * kFcRowsPerCta + (i % 2) * 8, true);
+    if (a.fcproj)   // (uniform)
+        for (int i = threadIdx.x; i < 2 * C; i += kFcThreads)
+            cp_async_16(smem_addr(&fcproj_cols[i]), a.fcproj + (size_t)(i / 2) * 4 * C + blockIdx.x * kFcRowsPerCta + (i % 2) * 8, true);
     cp_async_commit();
     pdl_launch_dependents();
     pdl_wait();
@@ -523,6 +525,7 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
         a.fch[row0 + my_r] = g;
         hidden[warp * kFcR + my_r] = __bfloat162float(g);
     }
+    if (!a.fcproj) return;   // the last layer (no other CTA writes here after x_full)
     cp_async_wait<0>();
     __syncthreads();   // hidden written, every thread's columns of fcproj landed
 
@@ -556,19 +559,6 @@ __global__ void __launch_bounds__(kFcThreads) residual_fc_kernel(const FcArgs a)
         for (int r = 0; r < kRanks; r++) part += owned[r][t];
         a.fc_parts[(size_t)(blockIdx.x / kRanks) * C + rank * slice + t] = part;
     }
-}
-
-// ---- after the last layer: x += bf16(sum of the FC projection's parts + bias), one thread a channel
-__global__ void residual_parts_kernel(bf16 *x, const float *parts, int nparts, const bf16 *bias, int C) {
-    pdl_launch_dependents();
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    const float b = c < C ? __bfloat162float(bias[c]) : 0.0f;
-    pdl_wait();
-    if (c >= C) return;
-    float sum = 0.0f;
-#pragma unroll 8
-    for (int k = 0; k < nparts; k++) sum += __ldcg(parts + (size_t)k * C + c);
-    x[c] = __float2bfloat16_rn(__bfloat162float(x[c]) + round_bf16(sum + b));
 }
 
 template <int KC>
@@ -654,14 +644,10 @@ void decode_layers_sm90(floatX *x, floatX *att, floatX *fch, void *scratch, cons
         f.lnb = CBF(w[l].ln2b);
         f.weight = CBF(w[l].fcw);
         f.bias = CBF(w[l].fcb);
-        f.fcproj = CBF(w[l].fcprojw);
+        f.fcproj = l < L - 1 ? CBF(w[l].fcprojw) : nullptr;   // the last one's: the caller's
         f.C = C;
         if (C <= 3 * 256) launch<3>(a, f, NH);
         else if (C <= 4 * 256) launch<4>(a, f, NH);
         else launch<kMaxKC>(a, f, NH);
     }
-    // the last layer's FC projection into x
-    launch_pdl(residual_parts_kernel, ceil_div(C, 256), 256, 0, BF(x), (const float *)fc_parts, C / 32,
-               CBF(w[L - 1].fcprojb), C);
-    LAUNCH_CHECK();
 }

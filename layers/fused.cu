@@ -826,6 +826,8 @@ void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *
     if (fused_enabled() && decode_layers_sm90_fits(B, NH * HS, NH, HS, w, L, x, kcache, vcache)) {
         decode_layers_sm90(x, att, fch, block_part(scratch, B), w, L, kcache, vcache, layer_stride, pos,
                            NH * HS, maxT, NH);
+        matmul_residual_forward(x, scratch, fch, w[L - 1].fcprojw, w[L - 1].fcprojb, B, 4 * NH * HS,
+                                NH * HS, NULL);   // the last layer's FC projection
         return;
     }
     plain_decode_layers(x, qkv, att, fch, att_scratch, scratch, x_stats, w, L, kcache, vcache,

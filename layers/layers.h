@@ -226,7 +226,7 @@ typedef struct {
 // cluster of CTAs a head that computes its q, k, v, attends and multiplies its output by its
 // columns of attprojw, the second clusters that sum the heads' parts into x, go on through the FC
 // and multiply their rows of fch by their columns of fcprojw, whose parts the next layer's first
-// kernel (or, after the last layer, a kernel of their own) sums into x; qkv is then not written,
+// kernel sums into x (the last layer's FC projection a GEMV kernel); qkv is then not written,
 // nor att_scratch used. att and fch hold the last layer's. att_scratch:
 // attention_decode_scratch_size bytes; scratch: fused_scratch_size(B, C, 4C).
 void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *att_scratch,
