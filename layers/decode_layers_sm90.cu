@@ -80,10 +80,10 @@
 
 namespace cg = cooperative_groups;
 
-// Build with -DDECODE_BLOCK=0 to leave batch 1 to the GEMVs and the split attention kernel, to
+// Build with -DDECODE_LAYERS_SM90=0 to leave batch 1 to the GEMVs and the split attention kernel, to
 // time against
-#ifndef DECODE_BLOCK
-#define DECODE_BLOCK 1
+#ifndef DECODE_LAYERS_SM90
+#define DECODE_LAYERS_SM90 1
 #endif
 
 namespace {
@@ -592,7 +592,7 @@ size_t decode_layers_sm90_scratch_size(void) {
 
 bool decode_layers_sm90_fits(int B, int C, int NH, int HS, const DecodeLayerWeights *w, int L,
                              const void *x, const void *kcache, const void *vcache) {
-    if (!(DECODE_BLOCK && cuda_is_sm90() && B == 1 && HS == kHS && C == NH * HS && C <= kMaxC && L >= 1 &&
+    if (!(DECODE_LAYERS_SM90 && cuda_is_sm90() && B == 1 && HS == kHS && C == NH * HS && C <= kMaxC && L >= 1 &&
           is_aligned16(x) && is_aligned16(kcache) && is_aligned16(vcache)))
         return false;
     for (int l = 0; l < L; l++) {
