@@ -1,14 +1,14 @@
 // decode_layers_sm90.cu: the decode step's layers at one row on Hopper, two kernels a layer,
-// each a grid of thread-block clusters, and one after the last layer:
+// each a grid of thread-block clusters:
 //   qkv_attention_kernel   the layer before's FC projection parts summed into the row (from the
 //                          second layer on), layernorm + QKV + attention + the attention
 //                          projection's part of each head: a cluster of kRanks CTAs a head
 //   residual_fc_kernel     the attention projection's parts summed into the row, layernorm + FC +
 //                          GELU + the FC projection's part of each cluster: clusters of kRanks
 //                          CTAs, each cluster the whole row
-// The last layer's FC kernel leaves the FC projection to the caller (fused.cu's GEMV: 2.4 us on
-// the path, where its parts and a kernel summing them into x took 3.8, docs/PERF.md,
-// twenty-seventh session), then the LM head.
+// The last layer's FC kernel leaves the FC projection to the caller (fused.cu's GEMV: +0.9% over
+// its parts and a kernel summing them into x, docs/PERF.md, twenty-seventh session, call 10),
+// then the LM head.
 //
 // Why: at batch 1 a decode step's time is its kernel boundaries and each kernel's chain of
 // latencies after its wait, not its bytes (docs/PERF.md, thirteenth session: the QKV GEMV 2.2 us
