@@ -142,8 +142,8 @@ typedef struct {
 
 // The layers of those rows: from their rows of cache->x, the embedded tokens, through every
 // layer (decode_layers_step), on their slices of the step's tensors and of the cache; the
-// residual stream stays in cache->x, each projection adding to it in place. Launches the same work with the same
-// arguments at every position: the position is read from cache->inputs.
+// residual stream stays in cache->x, each projection adding to it in place. Launches the same
+// work with the same arguments at every position: the position is read from cache->inputs.
 static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
     GPT2Config c = model->config;
     int L = c.num_layers, C = c.channels, N = rows.n;

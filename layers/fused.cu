@@ -37,8 +37,9 @@
 // The LM head (Vp = 50304 rows of wte) is the same kernel with a grid-stride loop over row
 // tiles, at K = 768 with R = 8; greedy decoding's argmax rides in its epilogue: each block keeps
 // the best (value, index) per input row, the last block to finish (a counter in the scratch
-// elects it) reduces the blocks' bests, so greedy decoding needs no separate argmax kernel. At 9-64 rows on Hopper
-// the LM head is decode_gemm_sm90.cu's decode_lm_head_kernel, its argmax in its epilogue too.
+// elects it) reduces the blocks' bests, so greedy decoding needs no separate argmax kernel. At
+// 9-64 rows on Hopper the LM head is decode_gemm_sm90.cu's decode_lm_head_kernel, its argmax in
+// its epilogue too.
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,11 +116,12 @@ __device__ __forceinline__ void block_best(float &best_v, int &best_i, const flo
 }
 
 // ---- the input rows, as gemv_tc_kernel stages them -----------------------------------------------
-// The same staging and layernorm as gemv_kernel's, which keeps its own copy inline: called
+// The same staging and weight loads as gemv_kernel's, which keeps its own copy inline: called
 // through these, ptxas laid the one-row kernel out otherwise (its LN calls at 155-189 registers
 // where 128, and other schedules) and batch 1 measured 2.3% slower with the same arithmetic
-// (docs/PERF.md, fourteenth session, call 7); inline, its SASS is 3f893fa's, instruction for
-// instruction.
+// (docs/PERF.md, fourteenth session, call 7). Both layer-norm through gemv.cuh's layernorm_row
+// (for gemv_kernel the same PTX instructions as its inline copy had, the same registers, batch 1
+// level: twenty-seventh session, call 12).
 // The layernorm's weights at K <= 768 (KC <= 3; GPT-2 124M), loaded before the wait with the
 // matrix's: at KC = 12 they would not fit beside it in registers, and are read where used.
 template <int KC, int IN>
@@ -325,48 +327,9 @@ __global__ void __launch_bounds__(kThreads, R == 8 ? kLogitsBlocksPerSM : 1) gem
     }
     __syncthreads();
     TRACE_STAMP(2);
-    if (LN) {   // warp n normalises row n in place, as layernorm_forward_kernel computes it
-        for (int n = warp; n < N; n += kWarps) {
-            int4 *x = xs + n * nchunks;
-            auto each_value = [&](auto f) {   // this lane's values of the row, in order
-#pragma unroll
-                for (int j = 0; j < KC; j++) {
-                    const int c = j * 32 + lane;
-                    if (c >= nchunks) break;
-                    float xv[8];
-                    unpack_bf16<8>(xv, x[c]);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) f(xv[k]);
-                }
-            };
-            float sum = 0.0f;
-            each_value([&](float v) { sum += v; });
-            // the mean rounded once on its own (mul.rn cannot be contracted): in straight-line
-            // code (FULL) ptxas folded m's product into each x - m (one FFMA for two roundings),
-            // which changed the row's values; so the layernorm's SASS keeps the operations it had
-            // before FULL (docs/PERF.md, thirteenth session)
-            const float m = div_approx_rounded(warp_allreduce_sum(sum), (float)a.K);
-            float sumsq = 0.0f;
-            each_value([&](float v) { sumsq += (v - m) * (v - m); });
-            const float s = rsqrtf(warp_allreduce_sum(sumsq) / a.K + LAYERNORM_EPS);
-#pragma unroll
-            for (int j = 0; j < KC; j++) {
-                const int c = j * 32 + lane;
-                if (c >= nchunks) break;
-                float xv[8], wv[8], bv[8], y[8];
-                unpack_bf16<8>(xv, x[c]);
-                if (kLnEarly) {
-                    unpack_bf16<8>(wv, lnw[j]);
-                    unpack_bf16<8>(bv, lnb[j]);
-                } else {
-                    load_bf16<8>(wv, a.lnw + c * 8);
-                    load_bf16<8>(bv, a.lnb + c * 8);
-                }
-#pragma unroll
-                for (int k = 0; k < 8; k++) y[k] = (xv[k] - m) * s * wv[k] + bv[k];
-                store_bf16<8>(reinterpret_cast<bf16 *>(&x[c]), y);
-            }
-        }
+    if (LN) {   // warp n normalises row n in place (layernorm_row, gemv.cuh)
+        for (int n = warp; n < N; n += kWarps)
+            layernorm_row<KC, kLnEarly>(xs + n * nchunks, a.lnw, a.lnb, a.K, nchunks, lnw, lnb, lane);
         __syncthreads();
     }
     TRACE_STAMP(3);
