@@ -251,6 +251,8 @@ typedef struct {
     int parts;               // the layers run as this many parts of the batch at once
     size_t part_bytes[3];    // a branch's part of x_stats_b, att_scratch_b, fused_scratch_b
     int len;                 // positions filled so far (the same for every sequence)
+    size_t l2_layers, l2_head; // bytes of the FC weights and of wte kept in the L2 (dev_l2_window)
+    int l2_from_fc;
     GPT2_DECODE_TENSORS(GPT2_ACT_FIELD)
     size_t bytes[NUM_DECODE_TENSORS];
     void *memory;

@@ -21,6 +21,7 @@
 // position from device memory, so on CUDA its layers are one graph replayed at every step.
 #include "gpt2.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 // ----------------------------------------------------------------------------------------
@@ -29,6 +30,15 @@
 #define DECODE_NAME(name, ...) #name,
 static const char *const decode_names[NUM_DECODE_TENSORS] = {GPT2_DECODE_TENSORS(DECODE_NAME)};
 #undef DECODE_NAME
+
+// The decode step's weights kept in the L2 between steps (dev_l2_window). EXPERIMENT (session
+// 28): the bytes of the layers' FC weights (DECODE_L2_LAYERS_MB; from the FC's rows when
+// DECODE_L2_FROM_FC=1, else the FC projection's alone) and of the LM head's wte
+// (DECODE_L2_HEAD_MB).
+static double env_mb(const char *name) {
+    const char *v = getenv(name);
+    return v ? atof(v) * 1e6 : 0.0;
+}
 
 void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
     GPT2Config c = model->config;
@@ -66,6 +76,14 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
     size_t total = offsets[NUM_DECODE_TENSORS - 1] + cache->bytes[NUM_DECODE_TENSORS - 1];
     dev_memset_zero(base, total);   // the scratches' counters start at zero (layers.h)
     cache->memory = base;
+    cache->l2_layers = (size_t)env_mb("DECODE_L2_LAYERS_MB");
+    cache->l2_head = (size_t)env_mb("DECODE_L2_HEAD_MB");
+    cache->l2_from_fc = env_flag("DECODE_L2_FROM_FC", 0);
+    if (cache->l2_layers + cache->l2_head) {
+        size_t granted = dev_l2_set_aside(cache->l2_layers + cache->l2_head);
+        note("L2 kept for the decode step's weights: %.1f MB asked, %.1f MB set aside",
+             (cache->l2_layers + cache->l2_head) / 1e6, granted / 1e6);
+    }
 #define POINT(name, type, ...) cache->name = (type *)(base + offsets[DECODE_##name]);
     GPT2_DECODE_TENSORS(POINT)
 #undef POINT
@@ -73,6 +91,7 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
 
 void kv_cache_free(KVCache *cache) {
     device_graph_free(cache->graph);
+    if (cache->l2_layers + cache->l2_head) dev_l2_set_aside(0);
     if (cache->memory) dev_free(cache->memory);
     memset(cache, 0, sizeof(*cache));
 }
@@ -179,6 +198,12 @@ static void decode_layers(void *arg) {
     KVCache *d = ((DecodeArgs *)arg)->cache;
     GPT2Config c = model->config;
     int B = d->B, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, P = d->parts;
+    // the FC weights of every layer, (L, 4C, C) then (L, C, 4C) (or the latter alone), partly
+    // kept in the L2
+    ParameterTensors p = model->params;
+    const char *fc_end = (const char *)(p.fcprojw + (size_t)c.num_layers * 4 * C * C);
+    const char *fc_from = d->l2_from_fc ? (const char *)p.fcw : (const char *)p.fcprojw;
+    dev_l2_window(fc_from, fc_end - fc_from, d->l2_layers);
     // the branches' parts first (each forked from the main stream as it is now), then part 0
     for (int i = P - 1; i >= 0; i--) {
         int r0 = i * B / P, r1 = (i + 1) * B / P;
@@ -193,8 +218,10 @@ static void decode_layers(void *arg) {
         if (i > 0) dev_branch_end();
     }
     if (P > 1) dev_branch_join();
-    lm_head_forward(d->logits, d->argmax, d->fused_scratch, d->x, model->params.lnfw,
-                    model->params.lnfb, model->params.wte, B, C, V, Vp);
+    dev_l2_window(p.wte, (size_t)V * C * sizeof(floatX), d->l2_head);
+    lm_head_forward(d->logits, d->argmax, d->fused_scratch, d->x, p.lnfw, p.lnfb, p.wte, B, C,
+                    V, Vp);
+    dev_l2_window(NULL, 0, 0);
 }
 
 void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {

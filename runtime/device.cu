@@ -342,6 +342,35 @@ void dev_branch_join(void) {
     branches_ended = 0;
 }
 
+// the persisting L2 (device.h): one window at a time, read by launch_pdl_cluster
+static cudaAccessPolicyWindow l2_window;   // num_bytes 0: none
+
+size_t dev_l2_set_aside(size_t bytes) {
+    if (backend_init() != 0) return 0;
+    if (bytes > (size_t)device_prop.persistingL2CacheMaxSize)
+        bytes = device_prop.persistingL2CacheMaxSize;
+    CUDA_CHECK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, bytes));
+    if (bytes == 0) CUDA_CHECK(cudaCtxResetPersistingL2Cache());   // the kept lines made normal
+    return bytes;
+}
+
+void dev_l2_window(const void *base, size_t bytes, size_t persist) {
+    memset(&l2_window, 0, sizeof(l2_window));
+    if (persist == 0 || bytes == 0) return;
+    if (bytes > (size_t)device_prop.accessPolicyMaxWindowSize)
+        bytes = device_prop.accessPolicyMaxWindowSize;
+    l2_window.base_ptr = (void *)base;
+    l2_window.num_bytes = bytes;
+    // the share of the window's lines marked persisting, chosen by address by the hardware
+    l2_window.hitRatio = persist >= bytes ? 1.0f : (float)((double)persist / bytes);
+    l2_window.hitProp = cudaAccessPropertyPersisting;
+    l2_window.missProp = cudaAccessPropertyNormal;
+}
+
+const cudaAccessPolicyWindow *launch_l2_window(void) {
+    return l2_window.num_bytes ? &l2_window : NULL;
+}
+
 float dev_read_float(const float *p) {
     float x;
     dev_download(&x, p, sizeof(float));

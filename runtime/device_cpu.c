@@ -144,6 +144,10 @@ void dev_synchronize(void) {}
 void dev_branch_begin(void) {}
 void dev_branch_end(void) {}
 void dev_branch_join(void) {}
+size_t dev_l2_set_aside(size_t bytes) { (void)bytes; return 0; }
+void dev_l2_window(const void *base, size_t bytes, size_t persist) {
+    (void)base, (void)bytes, (void)persist;
+}
 size_t dev_bytes_in_use(void) { return bytes_in_use; }
 size_t dev_bytes_peak(void) { return bytes_peak; }
 
