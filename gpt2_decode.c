@@ -203,7 +203,11 @@ static void decode_layers(void *arg) {
     ParameterTensors p = model->params;
     const char *fc_end = (const char *)(p.fcprojw + (size_t)c.num_layers * 4 * C * C);
     const char *fc_from = d->l2_from_fc ? (const char *)p.fcw : (const char *)p.fcprojw;
-    dev_l2_window(fc_from, fc_end - fc_from, d->l2_layers);
+    // EXPERIMENT: DECODE_L2_PREFIX=1, the window only the first bytes kept (all of them kept);
+    // DECODE_L2_NO_WINDOW=1, the set-aside without windows
+    int prefix = env_flag("DECODE_L2_PREFIX", 0), none = env_flag("DECODE_L2_NO_WINDOW", 0);
+    if (!none)
+        dev_l2_window(fc_from, prefix ? d->l2_layers : (size_t)(fc_end - fc_from), d->l2_layers);
     // the branches' parts first (each forked from the main stream as it is now), then part 0
     for (int i = P - 1; i >= 0; i--) {
         int r0 = i * B / P, r1 = (i + 1) * B / P;
@@ -218,7 +222,8 @@ static void decode_layers(void *arg) {
         if (i > 0) dev_branch_end();
     }
     if (P > 1) dev_branch_join();
-    dev_l2_window(p.wte, (size_t)V * C * sizeof(floatX), d->l2_head);
+    if (!none)
+        dev_l2_window(p.wte, prefix ? d->l2_head : (size_t)V * C * sizeof(floatX), d->l2_head);
     lm_head_forward(d->logits, d->argmax, d->fused_scratch, d->x, p.lnfw, p.lnfb, p.wte, B, C,
                     V, Vp);
     dev_l2_window(NULL, 0, 0);
