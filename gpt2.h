@@ -227,14 +227,14 @@ void gpt2_print_memory(const GPT2 *model);
 #define GPT2_DECODE_TENSORS(X)                                                               \
     X(k, floatX, L * B * maxT * C)  /* (L, B, NH, maxT, HS) key cache */                     \
     X(v, floatX, L * B * maxT * C)  /* (L, B, NH, maxT, HS) value cache */                   \
-    X(inputs, int, B + 2)           /* tokens, then the position and the length (pos + 1) */ \
+    X(tokens, int, B + 2)  /* the tokens a step embeds, the argmax of the one before, then */ \
+                           /* the position and the length (pos + 1) it uses */               \
     X(x, floatX, B * C)             /* (B, C) residual stream, updated in place */           \
     X(x_stats, float, ROW_STATS_FLOATS(B, C)) /* x's row statistics (layers.h) */            \
     X(qkv, floatX, B * 3 * C)       /* (B, 3C) the new token's query, key and value */       \
     X(atty, floatX, B * C)          /* (B, C) attention output */                            \
     X(fch_gelu, floatX, B * 4 * C)  /* (B, 4C) the MLP's hidden layer, after GELU */         \
     X(logits, floatX, B * Vp)       /* (B, Vp) logits of the last position */                \
-    X(argmax, int, B)               /* (B) their argmax, greedy decoding's choice */         \
     X(att_scratch, char, attention_decode_scratch_size(B, maxT, NH, HS))                     \
     X(fused_scratch, char, fused_scratch_size(B, C, 4 * C))                                  \
     /* the branches' parts of the batch, Pb of them (parts - 1, decode_step_parts), each its   \
@@ -245,18 +245,24 @@ void gpt2_print_memory(const GPT2 *model);
 #define GPT2_DECODE_INDEX(name, ...) DECODE_##name,
 enum { GPT2_DECODE_TENSORS(GPT2_DECODE_INDEX) NUM_DECODE_TENSORS };
 
+#define DECODE_TOKEN_SLOTS 4   // greedy steps whose tokens the host may read late
+
 typedef struct {
     int L, B, maxT, NH, HS;  // maxT positions of B sequences, for L layers of NH heads of HS
     int V, Vp;               // the model's vocabulary and padded vocabulary
     int parts;               // the layers run as this many parts of the batch at once
     size_t part_bytes[3];    // a branch's part of x_stats_b, att_scratch_b, fused_scratch_b
     int len;                 // positions filled so far (the same for every sequence)
-    size_t l2_layers, l2_head; // bytes of the FC weights and of wte kept in the L2 (dev_l2_window)
-    int l2_from_fc;
     GPT2_DECODE_TENSORS(GPT2_ACT_FIELD)
     size_t bytes[NUM_DECODE_TENSORS];
     void *memory;
-    DeviceGraph *graph;      // the decode step's layers, replayed (CUDA graph)
+    DeviceGraph *graph;      // the decode step, replayed (CUDA graph)
+    // greedy decoding's tokens as they reach the host (gpt2_decode_chosen): those chosen at
+    // position p in slot p % DECODE_TOKEN_SLOTS of chosen (host memory the device writes), the
+    // slot's event recorded after the step that fills it, chosen_pos its position (-1: none)
+    int *chosen;
+    DevEvent *chosen_done[DECODE_TOKEN_SLOTS];
+    int chosen_pos[DECODE_TOKEN_SLOTS];
 } KVCache;
 
 // A cache of maxT positions (at most the model's max_seq_len) for B sequences.
@@ -266,19 +272,25 @@ void kv_cache_print_memory(const KVCache *cache, FILE *out);
 // Prefill from tokens (Bp, T) host ids, T <= cache->maxT: Bp = cache->B, a prompt per
 // sequence, or Bp = 1, one prompt for all (run once, its keys and values copied to every
 // sequence). Leaves the logits of position T-1 of each sequence in cache->logits and their
-// argmax in cache->argmax; len = T.
+// argmax in cache->tokens (and for gpt2_decode_chosen); len = T.
 void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T);
 // One token per sequence, tokens (B) host ids, at position pos (1 <= pos <= cache->len, so a
 // step may also rewind; pos < maxT). Its logits (B, Vp) land in cache->logits and their argmax
-// in cache->argmax; len = pos + 1.
+// in cache->tokens (and for gpt2_decode_chosen); len = pos + 1.
 void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos);
-// The same step for greedy decoding, at position cache->len: its tokens are cache->argmax, the
-// choice of the step or prefill before, which never leaves the device. Returns without
-// waiting for the device, so steps can be queued ahead of reading their argmax
-// (dev_download_async(cache->argmax, ...)). The same bits as gpt2_decode_step with that argmax.
+// The same step for greedy decoding, at position cache->len: its tokens are the argmax of the
+// step or prefill before, which never leave the device, and the device moves its own position
+// on, so the host sends nothing. Returns without waiting for the device, so steps can be queued
+// ahead of reading their tokens (gpt2_decode_chosen). The same bits as gpt2_decode_step with
+// that argmax.
 void gpt2_decode_step_greedy(GPT2 *model, KVCache *cache);
+// out (B): the argmax of the logits at position pos (the prefill's last, T - 1, or a step's),
+// greedy decoding's choice, as it reaches the host: waits for the step that chose it, not for
+// any queued after it. The device writes it into host memory, with no copy of its own. pos must
+// be one of the last DECODE_TOKEN_SLOTS positions decoded; otherwise it dies saying so.
+void gpt2_decode_chosen(KVCache *cache, int pos, int *out);
 // Host copies of the current logits: out (B, Vp) fp32; or their argmax, out (B) (computed
-// with the logits: only B ints come back).
+// with the logits: only B ints come back). Both wait for every step queued.
 void gpt2_decode_logits(const KVCache *cache, float *out);
 void gpt2_decode_argmax(KVCache *cache, int *out);
 

@@ -3,13 +3,15 @@
 //   prefill      the prompt goes through the model's own forward pass (gpt2_forward, so the
 //                built attention backend, naive or flash), and each layer's keys and values
 //                are copied from its qkv activations into the cache
-//   decode step  one token per sequence: the same layers at N = B rows, as the decode step's
+//   decode step  one token per sequence: the embedding of the step's tokens at its position,
+//                then the same layers at N = B rows, as the decode step's
 //                fused calls (layers.h): per layer layernorm + QKV, the attention of the new
 //                query against the cache (attention_decode_step, which writes the new key and
 //                value into the cache first, so the token attends to itself as causality
 //                wants), attention projection + residual, layernorm + FC + GELU, FC projection
 //                + residual (all the layers one call, decode_layers_step); then the final
-//                layernorm + LM head + argmax. On CUDA at a few rows each is one kernel
+//                layernorm + LM head + argmax, whose tokens go to the host's ring and are
+//                the next step's tokens (decode_advance). On CUDA at a few rows each is one kernel
 //                (fused.cu, decode_attention.cu), 5 a layer where the plain layers took 12, and
 //                at one row on Hopper 2 (layernorm, QKV, the attention and each head's part of
 //                its projection in one; the parts' sum, layernorm, FC and the FC projection's
@@ -18,10 +20,10 @@
 //                rows on Hopper the layers run as two to four parts of the batch at once
 //                (decode_step_parts), all but the first on branch streams.
 // Like gpt2.c, it calls only layers/ and never knows the backend. The decode step reads its
-// position from device memory, so on CUDA its layers are one graph replayed at every step.
+// tokens and position from device memory and moves the position on itself, so on CUDA the whole
+// step is one graph replayed at every step, and a greedy step needs nothing from the host.
 #include "gpt2.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 // ----------------------------------------------------------------------------------------
@@ -30,15 +32,6 @@
 #define DECODE_NAME(name, ...) #name,
 static const char *const decode_names[NUM_DECODE_TENSORS] = {GPT2_DECODE_TENSORS(DECODE_NAME)};
 #undef DECODE_NAME
-
-// The decode step's weights kept in the L2 between steps (dev_l2_window). EXPERIMENT (session
-// 28): the bytes of the layers' FC weights (DECODE_L2_LAYERS_MB; from the FC's rows when
-// DECODE_L2_FROM_FC=1, else the FC projection's alone) and of the LM head's wte
-// (DECODE_L2_HEAD_MB).
-static double env_mb(const char *name) {
-    const char *v = getenv(name);
-    return v ? atof(v) * 1e6 : 0.0;
-}
 
 void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
     GPT2Config c = model->config;
@@ -76,22 +69,21 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
     size_t total = offsets[NUM_DECODE_TENSORS - 1] + cache->bytes[NUM_DECODE_TENSORS - 1];
     dev_memset_zero(base, total);   // the scratches' counters start at zero (layers.h)
     cache->memory = base;
-    cache->l2_layers = (size_t)env_mb("DECODE_L2_LAYERS_MB");
-    cache->l2_head = (size_t)env_mb("DECODE_L2_HEAD_MB");
-    cache->l2_from_fc = env_flag("DECODE_L2_FROM_FC", 0);
-    if (cache->l2_layers + cache->l2_head) {
-        size_t granted = dev_l2_set_aside(cache->l2_layers + cache->l2_head);
-        note("L2 kept for the decode step's weights: %.1f MB asked, %.1f MB set aside",
-             (cache->l2_layers + cache->l2_head) / 1e6, granted / 1e6);
-    }
 #define POINT(name, type, ...) cache->name = (type *)(base + offsets[DECODE_##name]);
     GPT2_DECODE_TENSORS(POINT)
 #undef POINT
+    cache->chosen = dev_host_alloc((size_t)DECODE_TOKEN_SLOTS * B * sizeof(int),
+                                   "greedy decoding's tokens");
+    for (int i = 0; i < DECODE_TOKEN_SLOTS; i++) {
+        cache->chosen_done[i] = dev_event_new();
+        cache->chosen_pos[i] = -1;
+    }
 }
 
 void kv_cache_free(KVCache *cache) {
     device_graph_free(cache->graph);
-    if (cache->l2_layers + cache->l2_head) dev_l2_set_aside(0);
+    dev_host_free(cache->chosen);
+    for (int i = 0; i < DECODE_TOKEN_SLOTS; i++) dev_event_free(cache->chosen_done[i]);
     if (cache->memory) dev_free(cache->memory);
     memset(cache, 0, sizeof(*cache));
 }
@@ -110,7 +102,15 @@ void kv_cache_print_memory(const KVCache *cache, FILE *out) {
 // the position (and length) the next cache write and attention use, in device memory
 static void upload_position(KVCache *cache, int pos) {
     int position_and_length[2] = {pos, pos + 1};
-    dev_upload(cache->inputs + cache->B, position_and_length, sizeof(position_and_length));
+    dev_upload(cache->tokens + cache->B, position_and_length, sizeof(position_and_length));
+}
+
+// The step (or prefill) at position pos has been queued, and its decode_advance will leave its
+// tokens in slot pos % DECODE_TOKEN_SLOTS: the slot's event marks when.
+static void record_chosen(KVCache *cache, int pos) {
+    int slot = pos % DECODE_TOKEN_SLOTS;
+    dev_event_record(cache->chosen_done[slot]);
+    cache->chosen_pos[slot] = pos;
 }
 
 void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T) {
@@ -128,12 +128,12 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
         const floatX *qkv = gpt2_layer_acts(model, l).qkv;   // (Bp, T, 3C)
         floatX *k = cache->k + l * layer_stride, *v = cache->v + l * layer_stride;
         if (Bp == cache->B) {
-            kv_cache_store(k, v, qkv, cache->inputs + cache->B, Bp, T, cache->maxT, cache->NH,
+            kv_cache_store(k, v, qkv, cache->tokens + cache->B, Bp, T, cache->maxT, cache->NH,
                            cache->HS);
         } else {   // one prompt, the same keys and values in every sequence
             for (int b = 0; b < cache->B; b++) {
                 size_t offset = KV_CACHE_AT(b, 0, 0, cache->maxT, cache->NH, cache->HS);
-                kv_cache_store(k + offset, v + offset, qkv, cache->inputs + cache->B, 1, T,
+                kv_cache_store(k + offset, v + offset, qkv, cache->tokens + cache->B, 1, T,
                                cache->maxT, cache->NH, cache->HS);
             }
         }
@@ -144,7 +144,12 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
         dev_copy(cache->logits + (size_t)b * Vp, model->acts.logits + row * Vp,
                  (size_t)Vp * sizeof(floatX));
     }
-    logits_argmax(cache->argmax, cache->logits, Vp, cache->B, cache->V);
+    logits_argmax(cache->tokens, cache->logits, Vp, cache->B, cache->V);
+    // the chosen tokens to the host's ring, and the position on to T, the first step's
+    upload_position(cache, T - 1);
+    decode_advance(cache->chosen, DECODE_TOKEN_SLOTS, cache->tokens + cache->B, cache->tokens,
+                   cache->B);
+    record_chosen(cache, T - 1);
     cache->len = T;
 }
 
@@ -162,13 +167,13 @@ typedef struct {
 // The layers of those rows: from their rows of cache->x, the embedded tokens, through every
 // layer (decode_layers_step), on their slices of the step's tensors and of the cache; the
 // residual stream stays in cache->x, each projection adding to it in place. Launches the same
-// work with the same arguments at every position: the position is read from cache->inputs.
+// work with the same arguments at every position: the position is read from cache->tokens.
 static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
     GPT2Config c = model->config;
     int L = c.num_layers, C = c.channels, N = rows.n;
     size_t layer_stride = (size_t)d->B * d->maxT * C;                 // one layer of the cache
     size_t kv0 = KV_CACHE_AT(rows.r0, 0, 0, d->maxT, d->NH, d->HS);   // the rows' sequences
-    const int *pos = d->inputs + d->B;
+    const int *pos = d->tokens + d->B;
     ParameterTensors p = model->params;
     floatX *x = d->x + (size_t)rows.r0 * C, *qkv = d->qkv + (size_t)rows.r0 * 3 * C;
     floatX *atty = d->atty + (size_t)rows.r0 * C, *fch_gelu = d->fch_gelu + (size_t)rows.r0 * 4 * C;
@@ -189,25 +194,20 @@ typedef struct {
     KVCache *cache;
 } DecodeArgs;
 
-// from cache->x, the embedded tokens (B, C), to cache->logits (B, Vp) and cache->argmax (B): the
-// layers, in one go or as d->parts parts of the batch at once, all but the first each on a
-// branch (dev_branch_begin), so that one part's attention streams the cache while another's
-// matmuls run; then the LM head over all B rows.
-static void decode_layers(void *arg) {
+// The decode step, all of it on the device, as one CUDA graph: from cache->tokens, the tokens
+// and their position, the embedding into cache->x (B, C); the layers, in one go or as d->parts
+// parts of the batch at once, all but the first each on a branch (dev_branch_begin), so that
+// one part's attention streams the cache while another's matmuls run; the LM head over all B
+// rows, its logits into cache->logits (B, Vp) and their argmax over the tokens; then those
+// tokens into the host's ring and the position on by one (decode_advance), ready for the next.
+static void decode_graph(void *arg) {
     GPT2 *model = ((DecodeArgs *)arg)->model;
     KVCache *d = ((DecodeArgs *)arg)->cache;
     GPT2Config c = model->config;
     int B = d->B, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, P = d->parts;
-    // the FC weights of every layer, (L, 4C, C) then (L, C, 4C) (or the latter alone), partly
-    // kept in the L2
     ParameterTensors p = model->params;
-    const char *fc_end = (const char *)(p.fcprojw + (size_t)c.num_layers * 4 * C * C);
-    const char *fc_from = d->l2_from_fc ? (const char *)p.fcw : (const char *)p.fcprojw;
-    // EXPERIMENT: DECODE_L2_PREFIX=1, the window only the first bytes kept (all of them kept);
-    // DECODE_L2_NO_WINDOW=1, the set-aside without windows
-    int prefix = env_flag("DECODE_L2_PREFIX", 0), none = env_flag("DECODE_L2_NO_WINDOW", 0);
-    if (!none)
-        dev_l2_window(fc_from, prefix ? d->l2_layers : (size_t)(fc_end - fc_from), d->l2_layers);
+    int *pos = d->tokens + B;
+    decode_embed(d->x, d->tokens, pos, p.wte, p.wpe, B, C);
     // the branches' parts first (each forked from the main stream as it is now), then part 0
     for (int i = P - 1; i >= 0; i--) {
         int r0 = i * B / P, r1 = (i + 1) * B / P;
@@ -222,19 +222,25 @@ static void decode_layers(void *arg) {
         if (i > 0) dev_branch_end();
     }
     if (P > 1) dev_branch_join();
-    if (!none)
-        dev_l2_window(p.wte, prefix ? d->l2_head : (size_t)V * C * sizeof(floatX), d->l2_head);
-    lm_head_forward(d->logits, d->argmax, d->fused_scratch, d->x, p.lnfw, p.lnfb, p.wte, B, C,
-                    V, Vp);
-    dev_l2_window(NULL, 0, 0);
+    lm_head_forward(d->logits, d->tokens, d->fused_scratch, d->x, p.lnfw, p.lnfb, p.wte, B, C, V,
+                    Vp);
+    decode_advance(d->chosen, DECODE_TOKEN_SLOTS, pos, d->tokens, B);
+}
+
+// the step at position pos, its tokens and position already in cache->tokens
+static void decode_step(GPT2 *model, KVCache *cache, int pos) {
+    DecodeArgs args = {model, cache};
+    device_graph_run(&cache->graph, decode_graph, &args);
+    record_chosen(cache, pos);
+    cache->len = pos + 1;
 }
 
 void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
-    int B = cache->B, C = model->config.channels, V = cache->V;
+    int B = cache->B, V = cache->V;
     if (pos < 1 || pos > cache->len || pos >= cache->maxT)
         die("decode step at position %d: needs 1 <= position <= %d (the cached length) and a "
             "position < %d (the cache's size)", pos, cache->len, cache->maxT);
-    int inputs[B + 2];   // what changes between steps, uploaded in one copy
+    int inputs[B + 2];   // the tokens, the position and the length, uploaded in one copy
     for (int b = 0; b < B; b++) {
         if (tokens[b] < 0 || tokens[b] >= V)
             die("decode step: token %d of sequence %d is outside the vocabulary [0, %d)",
@@ -243,32 +249,32 @@ void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
     }
     inputs[B] = pos;
     inputs[B + 1] = pos + 1;
-    dev_upload(cache->inputs, inputs, sizeof(inputs));
-    // x = wte[token] + wpe[pos]: wpe from row pos, as the row 0 of a sequence of length 1
-    encoder_forward(cache->x, cache->inputs, model->params.wte,
-                    model->params.wpe + (size_t)pos * C, B, 1, C);
-    DecodeArgs args = {model, cache};
-    device_graph_run(&cache->graph, decode_layers, &args);
-    cache->len = pos + 1;
+    dev_upload(cache->tokens, inputs, sizeof(inputs));
+    decode_step(model, cache, pos);
 }
 
 // Greedy decoding with the tokens kept on the device: this step's tokens are the argmax of the
-// step (or prefill) before, read by the embedding where the LM head left them (no copy into
-// inputs: the layers read only the position there), and its position is the host's count.
-// Nothing here waits for the device, so the host can queue the next step before it has read
-// this one's tokens (dev_download_async), and the GPU never idles for a round trip.
+// step (or prefill) before, where the LM head left them, and its position is where that step's
+// decode_advance moved it (cache->len, the host's count, by construction). Nothing here waits
+// for the device or sends it anything, so the host can queue the next step before it has read
+// this one's tokens (gpt2_decode_chosen), and the GPU goes from step to step with nothing from
+// the host between them.
 void gpt2_decode_step_greedy(GPT2 *model, KVCache *cache) {
-    int B = cache->B, C = model->config.channels, pos = cache->len;
+    int pos = cache->len;
     if (pos < 1 || pos >= cache->maxT)
         die("greedy decode step at position %d: needs a prefill first and a position < %d (the "
             "cache's size)", pos, cache->maxT);
-    int position_and_length[2] = {pos, pos + 1};
-    dev_upload_async(cache->inputs + B, position_and_length, sizeof(position_and_length));
-    encoder_forward(cache->x, cache->argmax, model->params.wte,
-                    model->params.wpe + (size_t)pos * C, B, 1, C);
-    DecodeArgs args = {model, cache};
-    device_graph_run(&cache->graph, decode_layers, &args);
-    cache->len = pos + 1;
+    decode_step(model, cache, pos);
+}
+
+void gpt2_decode_chosen(KVCache *cache, int pos, int *out) {
+    int slot = pos < 0 ? 0 : pos % DECODE_TOKEN_SLOTS;
+    if (pos < 0 || cache->chosen_pos[slot] != pos)
+        die("gpt2_decode_chosen: the tokens chosen at position %d are not kept (the last %d "
+            "positions decoded are; position %d is in its slot)", pos, DECODE_TOKEN_SLOTS,
+            cache->chosen_pos[slot]);
+    dev_event_wait(cache->chosen_done[slot]);
+    memcpy(out, cache->chosen + (size_t)slot * cache->B, (size_t)cache->B * sizeof(int));
 }
 
 void gpt2_decode_logits(const KVCache *cache, float *out) {
@@ -276,5 +282,5 @@ void gpt2_decode_logits(const KVCache *cache, float *out) {
 }
 
 void gpt2_decode_argmax(KVCache *cache, int *out) {
-    dev_download(out, cache->argmax, (size_t)cache->B * sizeof(int));
+    dev_download(out, cache->tokens, (size_t)cache->B * sizeof(int));
 }

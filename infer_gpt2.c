@@ -203,17 +203,10 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
     // step's tokens are read (gpt2_decode_step_greedy), so the GPU does not wait for the host
     // between steps; a step queued past the end of the text is computed and dropped.
     const int greedy = o->temperature == 0.0f && !g->write_logits;
-    const size_t token_bytes = (size_t)B * sizeof(int);
-    int pending = greedy ? dev_download_async(g->cache.argmax, token_bytes) : -1;
     for (; step < steps && live > 0; step++) {
         if (greedy) {
-            int next = -1;
-            if (step + 1 < steps) {
-                gpt2_decode_step_greedy(&g->model, &g->cache);
-                next = dev_download_async(g->cache.argmax, token_bytes);
-            }
-            dev_download_finish(pending, g->tokens);
-            pending = next;
+            if (step + 1 < steps) gpt2_decode_step_greedy(&g->model, &g->cache);
+            gpt2_decode_chosen(&g->cache, T - 1 + step, g->tokens);
         } else {
             if (step > 0) gpt2_decode_step(&g->model, &g->cache, g->tokens, T + step - 1);
             choose_tokens(g, o, rng, done);
@@ -234,10 +227,7 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
             }
         }
     }
-    if (pending >= 0) {   // the step queued after the last token read
-        int dropped[B];
-        dev_download_finish(pending, dropped);
-    }
+    if (greedy && step < steps) dev_synchronize();   // the step queued after the last token read
     double t_end = wall_seconds();
 
     for (int b = 0; b < B; b++) {

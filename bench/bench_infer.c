@@ -41,7 +41,6 @@ static double generate(GPT2 *m, KVCache *cache, const int *prompt, int T, int st
     static int on_device = -1;
     if (on_device < 0) on_device = env_flag("GREEDY_ON_DEVICE", 1);
     int tokens[4096];   // B <= 4096
-    size_t bytes = (size_t)cache->B * sizeof(int);
     dev_synchronize();
     double t0 = wall_seconds();
     gpt2_prefill(m, cache, prompt, 1, T);
@@ -54,14 +53,11 @@ static double generate(GPT2 *m, KVCache *cache, const int *prompt, int T, int st
         }
         return wall_seconds() - t0;
     }
-    int pending = -1;   // the download of the step before, read while this one runs
-    for (int i = 0; i < steps; i++) {
+    for (int i = 0; i < steps; i++) {   // step i queued, then the tokens of the one before read
         gpt2_decode_step_greedy(m, cache);
-        int ticket = dev_download_async(cache->argmax, bytes);
-        if (pending >= 0) dev_download_finish(pending, tokens);
-        pending = ticket;
+        if (i > 0) gpt2_decode_chosen(cache, T + i - 1, tokens);
     }
-    if (pending >= 0) dev_download_finish(pending, tokens);
+    if (steps > 0) gpt2_decode_chosen(cache, T + steps - 1, tokens);
     return wall_seconds() - t0;
 }
 

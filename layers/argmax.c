@@ -11,3 +11,10 @@ void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int
         out[b] = best;
     }
 }
+
+void decode_advance(int *ring, int slots, int *pos, const int *tokens, int B) {
+    int *slot = ring + (size_t)(pos[0] % slots) * B;
+    for (int b = 0; b < B; b++) slot[b] = tokens[b];
+    pos[0]++;
+    pos[1]++;
+}

@@ -73,3 +73,23 @@ void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int
         launch_pdl(argmax_kernel<1>, B, kArgmaxThreads, 0, out, CBF(logits), row_stride, V);
     LAUNCH_CHECK();
 }
+
+// one block: every thread reads the position before thread 0 moves it on
+__global__ void decode_advance_kernel(int *__restrict__ ring, int slots, int *__restrict__ pos,
+                                      const int *__restrict__ tokens, int B) {
+    pdl_launch_dependents();
+    pdl_wait();
+    const int p = pos[0];
+    int *slot = ring + (size_t)(p % slots) * B;
+    for (int b = threadIdx.x; b < B; b += blockDim.x) slot[b] = tokens[b];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        pos[0] = p + 1;
+        pos[1] = pos[1] + 1;
+    }
+}
+
+void decode_advance(int *ring, int slots, int *pos, const int *tokens, int B) {
+    launch_pdl(decode_advance_kernel, 1, 256, 0, ring, slots, pos, tokens, B);
+    LAUNCH_CHECK();
+}

@@ -9,16 +9,20 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
-// out[n, :] = wte[tokens[n], :] + wpe[n % T, :], one thread per VEC channels of one row
+// out[n, :] = wte[tokens[n], :] + wpe[t, :], t = n % T, or pos[0] where pos is given (the
+// decode step's position, in device memory); one thread per VEC channels of one row. The decode
+// step launches it with PDL (launch_pdl): its tokens come from the step before, after the wait.
 template <int VEC>
 __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__restrict__ tokens,
                                        const bf16 *__restrict__ wte, const bf16 *__restrict__ wpe,
-                                       int N, int T, int C) {
+                                       const int *__restrict__ pos, int N, int T, int C) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int nvec = C / VEC;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * nvec) return;
     const int n = (int)(idx / nvec), c = (int)(idx % nvec) * VEC;
-    const int t = n % T;
+    const int t = pos ? pos[0] : n % T;
     float w[VEC], p[VEC], y[VEC];
     load_bf16<VEC>(w, wte + (size_t)tokens[n] * C + c);
     load_bf16<VEC>(p, wpe + (size_t)t * C + c);
@@ -27,16 +31,27 @@ __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__rest
     store_bf16<VEC>(out + (size_t)n * C + c, y);
 }
 
+// the training pass's (pos NULL, launched plainly) and the decode step's (with PDL)
+static void encoder_launch(floatX *out, const int *tokens, const floatX *wte, const floatX *wpe,
+                           const int *pos, int N, int T, int C) {
+    const bool vec = C % 8 == 0 && is_aligned16(out) && is_aligned16(wte) && is_aligned16(wpe);
+    if (pos)
+        launch_elementwise<8, true>(encoder_forward_kernel<8>, encoder_forward_kernel<1>, vec,
+                                    (size_t)N * C, BF(out), tokens, CBF(wte), CBF(wpe), pos, N, T, C);
+    else
+        launch_elementwise<8>(encoder_forward_kernel<8>, encoder_forward_kernel<1>, vec,
+                              (size_t)N * C, BF(out), tokens, CBF(wte), CBF(wpe), pos, N, T, C);
+    LAUNCH_CHECK();
+}
+
 void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const floatX *wpe,
                      int B, int T, int C) {
-    const int N = B * T, threads = 256;
-    if (C % 8 == 0 && is_aligned16(out) && is_aligned16(wte) && is_aligned16(wpe))
-        encoder_forward_kernel<8><<<ceil_div((long)N * (C / 8), threads), threads, 0, cuda_stream>>>(
-            BF(out), tokens, CBF(wte), CBF(wpe), N, T, C);
-    else
-        encoder_forward_kernel<1><<<ceil_div((long)N * C, threads), threads, 0, cuda_stream>>>(
-            BF(out), tokens, CBF(wte), CBF(wpe), N, T, C);
-    LAUNCH_CHECK();
+    encoder_launch(out, tokens, wte, wpe, NULL, B * T, T, C);
+}
+
+void decode_embed(floatX *out, const int *tokens, const int *pos, const floatX *wte,
+                  const floatX *wpe, int B, int C) {
+    encoder_launch(out, tokens, wte, wpe, pos, B, 1, C);
 }
 
 // ----------------------------------------------------------------------------------------

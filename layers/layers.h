@@ -250,6 +250,15 @@ void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *i
 // out[b] = the index of the largest of the first V entries of row b of logits (rows
 // row_stride elements apart), the smallest index among equals. out (B) int32 device array.
 void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int V);
+// The decode step's two ends, so that a greedy step needs nothing from the host and its CUDA
+// graph holds all of it. decode_embed, its first call: out[b, :] = wte[tokens[b], :] +
+// wpe[pos[0], :], the position read from device memory; out (B, C), tokens (B) int32.
+// decode_advance, its last: the step's tokens (B) go into slot pos[0] % slots of ring (host
+// memory the device writes, dev_host_alloc: `slots` slots of B int32), then the position moves
+// on, pos[0] and pos[1] (the length) each + 1, for the next step.
+void decode_embed(floatX *out, const int *tokens, const int *pos, const floatX *wte,
+                  const floatX *wpe, int B, int C);
+void decode_advance(int *ring, int slots, int *pos, const int *tokens, int B);
 
 // ----------------------------------------------------------------------------------------
 // optimizer

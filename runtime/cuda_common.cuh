@@ -172,39 +172,29 @@ bool pdl_enabled(void);
 // the device is compute capability 9.0 (H100, H200), where the sm_90a kernels run (wgmma,
 // setmaxnreg: attention/flash_sm90.cu, layers/decode_gemm_sm90.cu); asked once
 bool cuda_is_sm90(void);
-// the L2 window set by dev_l2_window (device.h), which launch_pdl gives each kernel; NULL: none
-const cudaAccessPolicyWindow *launch_l2_window(void);
 
 // kernel<<<grid, block, smem, cuda_stream>>>(args...), allowed to start before the previous
 // kernel on the stream has finished (PDL); the kernel must keep the rules above. Kept across
-// CUDA graph capture as a programmatic edge, with the L2 window of dev_l2_window if one is set.
-// With cluster > 0, blocks cluster consecutive blocks form a thread-block cluster (compute
-// capability 9.0 and later; grid a multiple of it).
+// CUDA graph capture as a programmatic edge. With cluster > 0, blocks cluster consecutive
+// blocks form a thread-block cluster (compute capability 9.0 and later; grid a multiple of it).
 // The caller checks the launch (LAUNCH_CHECK).
 template <typename... Params, typename... Args>
 static void launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                unsigned cluster, Args... args) {
-    cudaLaunchAttribute attributes[3];
-    unsigned n = 0;
-    attributes[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[n++].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-    if (cluster > 0) {
-        attributes[n].id = cudaLaunchAttributeClusterDimension;
-        attributes[n].val.clusterDim.x = cluster;
-        attributes[n].val.clusterDim.y = 1;
-        attributes[n++].val.clusterDim.z = 1;
-    }
-    if (const cudaAccessPolicyWindow *window = launch_l2_window()) {
-        attributes[n].id = cudaLaunchAttributeAccessPolicyWindow;
-        attributes[n++].val.accessPolicyWindow = *window;
-    }
+    cudaLaunchAttribute attributes[2];
+    attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    attributes[1].id = cudaLaunchAttributeClusterDimension;
+    attributes[1].val.clusterDim.x = cluster;
+    attributes[1].val.clusterDim.y = 1;
+    attributes[1].val.clusterDim.z = 1;
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = cuda_stream;
     config.attrs = attributes;
-    config.numAttrs = n;
+    config.numAttrs = cluster > 0 ? 2 : 1;
     CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
 }
 template <typename... Params, typename... Args>

@@ -200,28 +200,6 @@ void dev_upload(void *dst, const void *src_host, size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
 }
 
-// A few bytes between pinned host memory and the device are moved by a kernel of one block, not by
-// the copy engine: pinned memory is the device's to read and write at the same address (unified
-// addressing), and on the stream a kernel after a kernel starts about a microsecond after it,
-// where a copy waited 5.8 us for the kernel before it and the next step's upload 6.7 us for that
-// copy (batch-1 decoding on an H200, docs/PERF.md, twenty-sixth session, call 12: 8% of a step's
-// time, the GPU idle). The kernel reads host memory a byte a thread, one PCIe round trip a pass of
-// 256 bytes, so only up to 1 KB (a decode step's tokens and position up to 254 sequences, its
-// argmax up to 256) goes this way; larger copies (a training step's tokens) keep the copy engine.
-enum { SMALL_COPY_BYTES = 1024 };
-__global__ void small_copy_kernel(unsigned char *__restrict__ dst, const unsigned char *__restrict__ src,
-                                  int bytes) {
-    for (int i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
-}
-static void stream_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
-    if (bytes <= SMALL_COPY_BYTES) {
-        small_copy_kernel<<<1, 256, 0, cuda_stream>>>((unsigned char *)dst, (const unsigned char *)src, (int)bytes);
-        LAUNCH_CHECK();
-    } else {
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cuda_stream));
-    }
-}
-
 // Pinned staging for dev_upload_async: a few slots used in turn, each reused only once the copy
 // out of it has finished (its event; for a slot last used UPLOAD_SLOTS uploads ago that has long
 // happened, so the wait costs nothing). Pinned, because a pageable cudaMemcpyAsync is staged by
@@ -248,46 +226,47 @@ void dev_upload_async(void *dst, const void *src_host, size_t bytes) {
         slot.bytes = bytes;
     }
     memcpy(slot.host, src_host, bytes);
-    stream_copy(dst, slot.host, bytes, cudaMemcpyHostToDevice);
+    CUDA_CHECK(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, cuda_stream));
     CUDA_CHECK(cudaEventRecord(slot.done, cuda_stream));
 }
 
-// Pinned slots for dev_download_async, used in turn; the ticket is the slot (its event says when
-// its copy is done). Allocated on first use, at the largest size a download may have.
-static struct {
-    void *host;
-    size_t bytes;
-    int busy;           // given out and not finished
-    cudaEvent_t done;   // recorded after the slot's copy
-} download_slots[DEV_DOWNLOADS_IN_FLIGHT];
-static int download_next = 0;
-
-int dev_download_async(const void *src, size_t bytes) {
+void *dev_host_alloc(size_t bytes, const char *what) {
     ensure_backend();
-    if (bytes > DEV_DOWNLOAD_MAX_BYTES)
-        die("dev_download_async of %zu bytes: at most %d", bytes, DEV_DOWNLOAD_MAX_BYTES);
-    const int ticket = download_next;
-    auto &slot = download_slots[ticket];
-    if (slot.busy) die("dev_download_async: %d downloads already in flight", DEV_DOWNLOADS_IN_FLIGHT);
-    download_next = (download_next + 1) % DEV_DOWNLOADS_IN_FLIGHT;
-    if (!slot.host) {
-        CUDA_CHECK(cudaMallocHost(&slot.host, DEV_DOWNLOAD_MAX_BYTES));
-        CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
-    }
-    slot.bytes = bytes;
-    slot.busy = 1;
-    stream_copy(slot.host, src, bytes, cudaMemcpyDeviceToHost);
-    CUDA_CHECK(cudaEventRecord(slot.done, cuda_stream));
-    return ticket;
+    void *p = NULL;
+    cudaError_t err = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocMapped);
+    if (err != cudaSuccess) die("out of pinned host memory for %s (%zu bytes): %s", what, bytes,
+                                cudaGetErrorString(err));
+    // with unified addressing (every 64-bit platform CUDA runs on) the device uses the same
+    // pointer; the kernels that write here are given the host pointer
+    void *on_device = NULL;
+    CUDA_CHECK(cudaHostGetDevicePointer(&on_device, p, 0));
+    if (on_device != p) die("pinned host memory for %s is mapped at another address", what);
+    return p;
 }
 
-void dev_download_finish(int ticket, void *dst_host) {
-    if (ticket < 0 || ticket >= DEV_DOWNLOADS_IN_FLIGHT || !download_slots[ticket].busy)
-        die("dev_download_finish: ticket %d is not a download in flight", ticket);
-    auto &slot = download_slots[ticket];
-    CUDA_CHECK(cudaEventSynchronize(slot.done));
-    memcpy(dst_host, slot.host, slot.bytes);
-    slot.busy = 0;
+void dev_host_free(void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+
+struct DevEvent {
+    cudaEvent_t event;
+};
+
+DevEvent *dev_event_new(void) {
+    ensure_backend();
+    DevEvent *e = (DevEvent *)malloc(sizeof(DevEvent));
+    if (!e) die("out of host memory for an event");
+    CUDA_CHECK(cudaEventCreateWithFlags(&e->event, cudaEventDisableTiming));
+    return e;
+}
+
+void dev_event_record(DevEvent *e) { CUDA_CHECK(cudaEventRecord(e->event, cuda_stream)); }
+void dev_event_wait(DevEvent *e) { CUDA_CHECK(cudaEventSynchronize(e->event)); }
+
+void dev_event_free(DevEvent *e) {
+    if (!e) return;
+    CUDA_CHECK(cudaEventDestroy(e->event));
+    free(e);
 }
 
 void dev_download(void *dst_host, const void *src, size_t bytes) {
@@ -340,35 +319,6 @@ void dev_branch_join(void) {
     for (int i = 0; i < branches_ended; i++)
         CUDA_CHECK(cudaStreamWaitEvent(cuda_stream, branch_done[i], 0));
     branches_ended = 0;
-}
-
-// the persisting L2 (device.h): one window at a time, read by launch_pdl_cluster
-static cudaAccessPolicyWindow l2_window;   // num_bytes 0: none
-
-size_t dev_l2_set_aside(size_t bytes) {
-    if (backend_init() != 0) return 0;
-    if (bytes > (size_t)device_prop.persistingL2CacheMaxSize)
-        bytes = device_prop.persistingL2CacheMaxSize;
-    CUDA_CHECK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, bytes));
-    if (bytes == 0) CUDA_CHECK(cudaCtxResetPersistingL2Cache());   // the kept lines made normal
-    return bytes;
-}
-
-void dev_l2_window(const void *base, size_t bytes, size_t persist) {
-    memset(&l2_window, 0, sizeof(l2_window));
-    if (persist == 0 || bytes == 0) return;
-    if (bytes > (size_t)device_prop.accessPolicyMaxWindowSize)
-        bytes = device_prop.accessPolicyMaxWindowSize;
-    l2_window.base_ptr = (void *)base;
-    l2_window.num_bytes = bytes;
-    // the share of the window's lines marked persisting, chosen by address by the hardware
-    l2_window.hitRatio = persist >= bytes ? 1.0f : (float)((double)persist / bytes);
-    l2_window.hitProp = cudaAccessPropertyPersisting;
-    l2_window.missProp = cudaAccessPropertyNormal;
-}
-
-const cudaAccessPolicyWindow *launch_l2_window(void) {
-    return l2_window.num_bytes ? &l2_window : NULL;
 }
 
 float dev_read_float(const float *p) {

@@ -63,15 +63,21 @@ void dev_upload(void *dst, const void *src_host, size_t bytes);     // host -> d
 // that the step never stops the host to wait for the device (CPU: a plain copy).
 void dev_upload_async(void *dst, const void *src_host, size_t bytes);
 void dev_download(void *dst_host, const void *src, size_t bytes);   // device -> host
-// device -> host in stream order, without waiting: the bytes land in pinned memory the runtime
-// keeps when the stream gets there; dev_download_finish(ticket, dst_host) waits for that copy
-// alone and hands them over. At most DEV_DOWNLOADS_IN_FLIGHT unfinished at once, each at most
-// DEV_DOWNLOAD_MAX_BYTES (greedy generation: the host reads one step's tokens while the next
-// step runs; CPU: a plain copy).
-#define DEV_DOWNLOADS_IN_FLIGHT 4   // (macros: tests/gpu/cpu_reference.h reads this file twice)
-#define DEV_DOWNLOAD_MAX_BYTES 65536
-int dev_download_async(const void *src, size_t bytes);
-void dev_download_finish(int ticket, void *dst_host);
+// Host memory the device writes directly, without a copy (CUDA: pinned and mapped into the
+// device's address space, the same pointer on both; CPU: plain memory): for results the host
+// reads while the device goes on (greedy decoding's tokens, gpt2_decode.c). Read what a kernel
+// wrote there only after waiting for a DevEvent recorded after that kernel. dev_host_alloc never
+// returns NULL: it dies naming `what`.
+void *dev_host_alloc(size_t bytes, const char *what);
+void dev_host_free(void *p);
+// A point in the device's work: dev_event_record(e) marks everything launched so far;
+// dev_event_wait(e) returns once the device has done it (at once if e was never recorded). On
+// the CPU work is done when it is launched, and both return at once.
+typedef struct DevEvent DevEvent;
+DevEvent *dev_event_new(void);
+void dev_event_record(DevEvent *e);
+void dev_event_wait(DevEvent *e);
+void dev_event_free(DevEvent *e);   // NULL: nothing
 void dev_copy(void *dst, const void *src, size_t bytes);            // device -> device
 void dev_synchronize(void);
 // Branches: work that may run beside the main stream's (the decode step's parts of a batch).
@@ -85,17 +91,6 @@ void dev_synchronize(void);
 void dev_branch_begin(void);
 void dev_branch_end(void);
 void dev_branch_join(void);
-// The L2 cache kept for what every decode step reads again, its weights. A step reads all
-// 249 MB of GPT-2 124M's weights, five times the L2, so by the next step every line of them is
-// gone; lines marked persisting stay instead, and are then read at L2 speed every step.
-// dev_l2_set_aside(bytes) sets aside up to bytes of the L2 for persisting lines (at most what
-// the device allows; returns what was set aside; 0 gives it back and drops the lines kept).
-// dev_l2_window(base, bytes, persist) marks `persist` bytes of [base, base + bytes), spread
-// evenly over it, as persisting for every kernel launched after it through launch_pdl;
-// persist 0 ends the window. Call it outside a CUDA graph's capture or inside: the window is a
-// launch attribute, recorded with each kernel. CPU: no-ops (dev_l2_set_aside returns 0).
-size_t dev_l2_set_aside(size_t bytes);
-void dev_l2_window(const void *base, size_t bytes, size_t persist);
 size_t dev_bytes_in_use(void);   // bytes currently allocated through dev_malloc
 size_t dev_bytes_peak(void);     // most bytes ever allocated at once through dev_malloc
 

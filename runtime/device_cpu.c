@@ -112,42 +112,28 @@ void dev_upload(void *dst, const void *src_host, size_t bytes) { copy_bytes(dst,
 void dev_upload_async(void *dst, const void *src_host, size_t bytes) { copy_bytes(dst, src_host, bytes); }
 void dev_download(void *dst_host, const void *src, size_t bytes) { copy_bytes(dst_host, src, bytes); }
 
-// dev_download_async: the bytes are copied at once into a slot; finish hands them over
-static struct {
-    unsigned char bytes[DEV_DOWNLOAD_MAX_BYTES];
-    size_t n;
-    int busy;
-} download_slots[DEV_DOWNLOADS_IN_FLIGHT];
-static int download_next = 0;
-
-int dev_download_async(const void *src, size_t bytes) {
-    if (bytes > DEV_DOWNLOAD_MAX_BYTES)
-        die("dev_download_async of %zu bytes: at most %d", bytes, DEV_DOWNLOAD_MAX_BYTES);
-    int ticket = download_next;
-    if (download_slots[ticket].busy)
-        die("dev_download_async: %d downloads already in flight", DEV_DOWNLOADS_IN_FLIGHT);
-    download_next = (download_next + 1) % DEV_DOWNLOADS_IN_FLIGHT;
-    copy_bytes(download_slots[ticket].bytes, src, bytes);
-    download_slots[ticket].n = bytes;
-    download_slots[ticket].busy = 1;
-    return ticket;
+void *dev_host_alloc(size_t bytes, const char *what) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) die("out of host memory for %s (%zu bytes)", what, bytes);
+    return p;
 }
-
-void dev_download_finish(int ticket, void *dst_host) {
-    if (ticket < 0 || ticket >= DEV_DOWNLOADS_IN_FLIGHT || !download_slots[ticket].busy)
-        die("dev_download_finish: ticket %d is not a download in flight", ticket);
-    copy_bytes(dst_host, download_slots[ticket].bytes, download_slots[ticket].n);
-    download_slots[ticket].busy = 0;
+void dev_host_free(void *p) { free(p); }
+struct DevEvent {
+    int unused;
+};
+DevEvent *dev_event_new(void) {
+    DevEvent *e = calloc(1, sizeof(DevEvent));
+    if (!e) die("out of host memory for an event");
+    return e;
 }
+void dev_event_record(DevEvent *e) { (void)e; }
+void dev_event_wait(DevEvent *e) { (void)e; }
+void dev_event_free(DevEvent *e) { free(e); }
 void dev_copy(void *dst, const void *src, size_t bytes) { copy_bytes(dst, src, bytes); }
 void dev_synchronize(void) {}
 void dev_branch_begin(void) {}
 void dev_branch_end(void) {}
 void dev_branch_join(void) {}
-size_t dev_l2_set_aside(size_t bytes) { (void)bytes; return 0; }
-void dev_l2_window(const void *base, size_t bytes, size_t persist) {
-    (void)base, (void)bytes, (void)persist;
-}
 size_t dev_bytes_in_use(void) { return bytes_in_use; }
 size_t dev_bytes_peak(void) { return bytes_peak; }
 

@@ -48,8 +48,8 @@ static void reference_decode(float *out, const float *q, const float *kc, const 
 }
 
 // Greedy decoding from one prompt (tokens (1, T0), every sequence of the cache), steps steps
-// two ways: gpt2_decode_step_greedy, the host reading each step's argmax while the next step
-// runs (dev_download_async, as infer_gpt2 does), then gpt2_decode_step fed the argmax read back
+// two ways: gpt2_decode_step_greedy, the host reading each step's tokens while the next step
+// runs (gpt2_decode_chosen, as infer_gpt2 does), then gpt2_decode_step fed the argmax read back
 // at once. Returns the first step whose tokens or logits (as floats, bit for bit) differ, or -1;
 // *tokens_out (B * steps) the device-fed run's tokens, for the caller's own checks.
 static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt, int T0,
@@ -64,15 +64,10 @@ static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt,
         exit(1);
     }
     gpt2_prefill(m, cache, prompt, 1, T0);
-    int pending = dev_download_async(cache->argmax, token_bytes);
     for (int i = 0; i < steps; i++) {
-        int next = -1;
-        if (i + 1 < steps) {   // queued before step i's tokens are read; its logits after
-            gpt2_decode_step_greedy(m, cache);
-            next = dev_download_async(cache->argmax, token_bytes);
-        }
-        dev_download_finish(pending, tokens_out + (size_t)i * B);
-        pending = next;
+        // step i + 1 queued before step i's tokens are read; its logits after
+        if (i + 1 < steps) gpt2_decode_step_greedy(m, cache);
+        gpt2_decode_chosen(cache, T0 - 1 + i, tokens_out + (size_t)i * B);
         if (i + 1 < steps) gpt2_decode_logits(cache, logits + (size_t)(i + 1) * B * Vp);
     }
     int first = -1;

@@ -279,6 +279,23 @@ static void test_cached_decoding(unsigned long long *rng) {
     CHECK(at < 0, "greedy decoding on the device equals greedy through the host, %d steps "
           "(first difference at step %d)", maxT - T0 + 1, at);
     CHECK(cache.len == maxT, "the greedy steps fill the cache to %d positions (len %d)", maxT, cache.len);
+    // the ring keeps the last DECODE_TOKEN_SLOTS positions' tokens; one older is an error
+    int last[2];
+    gpt2_decode_chosen(&cache, maxT - DECODE_TOKEN_SLOTS, last);
+    gpt2_decode_chosen(&cache, maxT - 1, last);
+    gpt2_decode_argmax(&cache, am);
+    CHECK(last[0] == am[0] && last[1] == am[1], "gpt2_decode_chosen of the last step: %d %d, its "
+          "argmax %d %d", last[0], last[1], am[0], am[1]);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(2);
+        gpt2_decode_chosen(&cache, maxT - 1 - DECODE_TOKEN_SLOTS, last);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+          WEXITSTATUS(status) == 1, "gpt2_decode_chosen of a position no longer kept exits(1)");
     kv_cache_free(&cache);
     gpt2_free(&m);
 }

@@ -186,17 +186,27 @@ static void test_device(void) {
     memset(want_zeros, 0, n * sizeof(float));
     expect_identical("dev_memset_zero", zeros, want_zeros, n);
 
-    // queued downloads: two in flight, each the bytes as they were when the stream got there
-    // (the buffer is overwritten in between), finished out of order
-    float first[1000], second[1000];
-    dev_copy(dcopy, draw, 1000 * sizeof(float));
-    int t1 = dev_download_async(dcopy, 1000 * sizeof(float));
-    dev_copy(dcopy, draw + 1000, 1000 * sizeof(float));
-    int t2 = dev_download_async(dcopy, 1000 * sizeof(float));
-    dev_download_finish(t2, second);
-    dev_download_finish(t1, first);
-    expect_identical("dev_download_async, the first", first, raw, 1000);
-    expect_identical("dev_download_async, the second", second, raw + 1000, 1000);
+    // host memory the device writes (decode_advance's ring of greedy tokens), read once the
+    // event recorded after the kernels has been waited for; the position moved on each time
+    int *ring = (int *)dev_host_alloc(4 * 3 * sizeof(int), "test ring");
+    memset(ring, 0, 4 * 3 * sizeof(int));
+    int *dtok = (int *)dev_malloc(5 * sizeof(int), "test tokens");
+    int toks[5] = {7, 8, 9, 6, 7};   // 3 tokens, the position 6, the length 7
+    dev_upload(dtok, toks, sizeof(toks));
+    DevEvent *done = dev_event_new();
+    decode_advance(ring, 4, dtok + 3, dtok, 3);   // slot 6 % 4 = 2
+    decode_advance(ring, 4, dtok + 3, dtok, 3);   // slot 3
+    dev_event_record(done);
+    dev_event_wait(done);
+    dev_download(toks, dtok, sizeof(toks));
+    int want_ring[12] = {0, 0, 0, 0, 0, 0, 7, 8, 9, 7, 8, 9};
+    CHECK(memcmp(ring, want_ring, sizeof(want_ring)) == 0 && toks[3] == 8 && toks[4] == 9,
+          "decode_advance twice: slots 2 and 3 hold %d %d %d and %d %d %d (want 7 8 9), the "
+          "position %d and length %d (want 8 and 9)", ring[6], ring[7], ring[8], ring[9], ring[10],
+          ring[11], toks[3], toks[4]);
+    dev_event_free(done);
+    dev_free(dtok);
+    dev_host_free(ring);
 
     dev_free(d);
     dev_free(draw);
