@@ -87,7 +87,7 @@ static void test_attention_decode(unsigned long long *rng) {
         float *qkv = malloc((size_t)B * 3 * C * sizeof(float)), *kc2 = malloc(cache * sizeof(float));
         floatX *dqkv = dev_malloc((size_t)B * 3 * C * sizeof(floatX), "qkv");
         floatX *dk2 = dev_malloc(cache * sizeof(floatX), "k2"), *dv2 = dev_malloc(cache * sizeof(floatX), "v2");
-        // decode_layers_step's input x (B, C) and a layer's weights (both of its two layers):
+        // decode_layers_step's input and a layer's weights (both of its two layers):
         // layernorm (C) and QKV matmul: weight (3C, C), bias (3C), then the projection (C, C),
         // (C), the second layernorm, the FC (4C, C), (4C), the FC projection (C, 4C), (C); the
         // plain layers' qkv (B, 3C) of each layer and their k, v rows (B, NH, HS)
@@ -99,8 +99,14 @@ static void test_attention_decode(unsigned long long *rng) {
         floatX *dw = upload_rounded(hw, (size_t)3 * C * C);
         test_fill(hw, 3 * C, 0.5f, rng);
         floatX *dbias = upload_rounded(hw, 3 * C);
-        test_fill(hw, (size_t)B * C, 1.0f, rng);
-        floatX *dx = upload_rounded(hw, (size_t)B * C);
+        // its tokens (B, of a vocabulary of 7) and their embeddings: x = wte[token] + wpe[pos]
+        float *hwte = malloc((size_t)7 * C * sizeof(float)), *hwpe = malloc((size_t)maxT * C * sizeof(float));
+        test_fill(hwte, (size_t)7 * C, 1.0f, rng);
+        test_fill(hwpe, (size_t)maxT * C, 1.0f, rng);
+        floatX *dwte = upload_rounded(hwte, (size_t)7 * C), *dwpe = upload_rounded(hwpe, (size_t)maxT * C);
+        int *htok = malloc(B * sizeof(int)), *dtok = dev_malloc(B * sizeof(int), "tokens");
+        for (int b = 0; b < B; b++) htok[b] = (b * 5 + 3) % 7;
+        dev_upload(dtok, htok, B * sizeof(int));
         test_fill(hw, 2 * C, 1.0f, rng);
         floatX *dlnw = upload_rounded(hw, C), *dlnb = upload_rounded(hw + C, C);
         test_fill(hw, (size_t)C * C, 0.05f, rng);
@@ -192,12 +198,18 @@ static void test_attention_decode(unsigned long long *rng) {
                   (int)(bad / ((size_t)NH * maxT * HS)), (int)(bad / ((size_t)maxT * HS) % NH),
                   (int)(bad / HS % maxT), (int)(bad % HS), bad < cache ? kc2[bad] : 0.0f,
                   bad < cache ? (which[0] == 'k' ? kc : vc)[bad] : 0.0f);
-            // decode_layers_step over two layers (the same weights, their own caches) against the
+            // decode_layers_step, the embedding and two layers (the same weights, their own
+            // caches), against decode_embed (itself checked against wte[token] + wpe[pos]) and the
             // plain layers, each as layernorm, the QKV matmul, attention_decode_step as above, the
             // projection and the residual, layernorm, the FC and GELU, the FC projection and the
             // residual; the caches as it left them but for the new position, whose k and v are the
             // plain matmuls' within their rounding
-            dev_copy(dxref, dx, B * C * sizeof(floatX));
+            decode_embed(dxref, dtok, dlen, dwte, dwpe, B, C);
+            floatX_download(xref, dxref, B * C);
+            for (int b = 0; b < B; b++)
+                for (int c = 0; c < C; c++)
+                    row[b * C + c] = hwte[(size_t)htok[b] * C + c] + hwpe[(size_t)pos * C + c];
+            CHECK_CLOSE(xref, row, (size_t)B * C, 1e-2, "decode_embed, B=%d C=%d at position %d", B, C, pos);
             for (int l = 0; l < 2; l++) {
                 dev_copy(dkr + l * cache, dk, cache * sizeof(floatX));
                 dev_copy(dvr + l * cache, dv, cache * sizeof(floatX));
@@ -228,9 +240,9 @@ static void test_attention_decode(unsigned long long *rng) {
             poison(datt, B * C);
             poison(dqkv, (size_t)B * 3 * C);
             poison(dfch2, (size_t)B * 4 * C);
-            dev_copy(dx2, dx, B * C * sizeof(floatX));
-            decode_layers_step(dx2, dqkv, datt, dfch2, dscratch, dfused, xstats, layers2, 2, dk3, dv3, cache,
-                               dlen, B, maxT, NH, HS);
+            poison(dx2, B * C);
+            decode_layers_step(dx2, dtok, dwte, dwpe, dqkv, datt, dfch2, dscratch, dfused, xstats, layers2, 2,
+                               dk3, dv3, cache, dlen, B, maxT, NH, HS);
             floatX_download(got, datt, B * C);
             CHECK_CLOSE(got, o, (size_t)B * C, 1e-2, "decode_layers_step's att, B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
@@ -263,7 +275,8 @@ static void test_attention_decode(unsigned long long *rng) {
                                 "B=%d len=%d NH=%d HS=%d", kv ? "v" : "k", l, B, len, NH, HS);
                 }
         }
-        dev_free(dw); dev_free(dbias); dev_free(dx); dev_free(dlnw); dev_free(dlnb); dev_free(dln);
+        dev_free(dwte); dev_free(dwpe); dev_free(dtok); free(hwte); free(hwpe); free(htok);
+        dev_free(dw); dev_free(dbias); dev_free(dlnw); dev_free(dlnb); dev_free(dln);
         dev_free(dqkv2); dev_free(dstats); dev_free(datt); dev_free(dfused);
         dev_free(dpw); dev_free(dfw); dev_free(dpb); dev_free(dfb); dev_free(dln2w); dev_free(dln2b);
         dev_free(dx2); dev_free(dxref); dev_free(dproj); dev_free(dfc); dev_free(dfch); dev_free(dfch2);
