@@ -164,11 +164,10 @@ typedef struct {
     void *att_scratch, *fused_scratch;
 } DecodeRows;
 
-// The embedding and layers of those rows (decode_layers_step): their tokens of cache->tokens
-// embedded into their rows of cache->x, then every layer, on their slices of the step's tensors
-// and of the cache; the residual stream stays in cache->x, each projection adding to it in
-// place. Launches the same work with the same arguments at every position: the tokens and the
-// position are read from cache->tokens.
+// The layers of those rows: from their rows of cache->x, the embedded tokens, through every
+// layer (decode_layers_step), on their slices of the step's tensors and of the cache; the
+// residual stream stays in cache->x, each projection adding to it in place. Launches the same
+// work with the same arguments at every position: the position is read from cache->tokens.
 static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
     GPT2Config c = model->config;
     int L = c.num_layers, C = c.channels, N = rows.n;
@@ -186,9 +185,8 @@ static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
                                     p_l.fcprojw, p_l.fcprojb};
     }
     // every layer: x += attproj(attention(qkv(ln1(x)))), then x += fcproj(gelu(fc(ln2(x))))
-    decode_layers_step(x, d->tokens + rows.r0, p.wte, p.wpe, qkv, atty, fch_gelu, rows.att_scratch,
-                       rows.fused_scratch, rows.x_stats, w, L, d->k + kv0, d->v + kv0, layer_stride,
-                       pos, N, d->maxT, d->NH, d->HS);
+    decode_layers_step(x, qkv, atty, fch_gelu, rows.att_scratch, rows.fused_scratch, rows.x_stats, w,
+                       L, d->k + kv0, d->v + kv0, layer_stride, pos, N, d->maxT, d->NH, d->HS);
 }
 
 typedef struct {
@@ -197,7 +195,7 @@ typedef struct {
 } DecodeArgs;
 
 // The decode step, all of it on the device, as one CUDA graph: from cache->tokens, the tokens
-// and their position, the embedding and the layers (decode_rows), in one go or as d->parts
+// and their position, the embedding into cache->x (B, C); the layers, in one go or as d->parts
 // parts of the batch at once, all but the first each on a branch (dev_branch_begin), so that
 // one part's attention streams the cache while another's matmuls run; the LM head over all B
 // rows, its logits into cache->logits (B, Vp) and their argmax over the tokens; then those
@@ -208,6 +206,8 @@ static void decode_graph(void *arg) {
     GPT2Config c = model->config;
     int B = d->B, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, P = d->parts;
     ParameterTensors p = model->params;
+    int *pos = d->tokens + B;
+    decode_embed(d->x, d->tokens, pos, p.wte, p.wpe, B, C);
     // the branches' parts first (each forked from the main stream as it is now), then part 0
     for (int i = P - 1; i >= 0; i--) {
         int r0 = i * B / P, r1 = (i + 1) * B / P;
@@ -224,7 +224,7 @@ static void decode_graph(void *arg) {
     if (P > 1) dev_branch_join();
     lm_head_forward(d->logits, d->tokens, d->fused_scratch, d->x, p.lnfw, p.lnfb, p.wte, B, C, V,
                     Vp);
-    decode_advance(d->chosen, DECODE_TOKEN_SLOTS, d->tokens + B, d->tokens, B);
+    decode_advance(d->chosen, DECODE_TOKEN_SLOTS, pos, d->tokens, B);
 }
 
 // the step at position pos, its tokens and position already in cache->tokens

@@ -1,8 +1,7 @@
 // decode_layers_sm90.cu: the decode step's layers at one row on Hopper, two kernels a layer,
 // each a grid of thread-block clusters:
-//   qkv_attention_kernel   the row: the embedding of the step's token (the first layer), or
-//                          the layer before's FC projection parts summed into it; then
-//                          layernorm + QKV + attention + the attention
+//   qkv_attention_kernel   the layer before's FC projection parts summed into the row (from the
+//                          second layer on), layernorm + QKV + attention + the attention
 //                          projection's part of each head: a cluster of kRanks CTAs a head
 //   residual_fc_kernel     the attention projection's parts summed into the row, layernorm + FC +
 //                          GELU + the FC projection's part of each cluster: clusters of kRanks
@@ -45,10 +44,9 @@
 //                    layernorm's weights; the first round of the cache rows of the rank's
 //                    positions [r chunk, (r + 1) chunk), chunk = ceil(len / 8); cp.async of the
 //                    projection's rows [r C / 8, (r + 1) C / 8), columns [64 h, 64 h + 64)
-//   after it         the row -> shared memory: at the first layer the embedding, wte's row of
-//                    the token + wpe's of the position (loaded before the wait), else inp + the
-//                    layer before's FC projection parts, rank r its eighth, to every rank (head
-//                    0's cluster also leaves it in x_in, the residual for the kernel after); warp 0
+//   after it         the row -> shared memory: inp at the first layer, else inp + the layer
+//                    before's FC projection parts, rank r its eighth, to every rank (head 0's
+//                    cluster also leaves it in x_in, the residual for the kernel after); warp 0
 //                    layer-norms it in place; the
 //                    products; lane 8k of warp w holds output i = 24 r + 4 w + k: bf16(sum +
 //                    bias), two by two, into every rank's head_qkv[i] (st.async into
@@ -222,10 +220,7 @@ struct Args {
     float *partials;               // (NH, C): each head's part of the attention projection
     const bf16 *inp;               // (C): the residual stream (before the last projection's parts)
     const float *fc_parts;         // (C / 32, C): the layer before's FC projection by cluster of
-                                   // residual_fc_kernel, or NULL (the first layer: the row is
-                                   // the embedding of the token at the position)
-    const int *token;              // the first layer: the step's token
-    const bf16 *wte, *wpe;         //                  the embeddings, (Vp, C) and (maxT, C)
+                                   // residual_fc_kernel, or NULL (the first layer: inp is the row)
     const bf16 *fc_bias;           // (C): the layer before's FC projection's bias
     const bf16 *lnw, *lnb;         // (C)
     const bf16 *weight, *bias;     // (3C, C), (3C)
@@ -280,9 +275,8 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     constexpr bool kLnEarly = KC <= 3;
     int4 lnw[KC], lnb[KC];
     load_ln_weights<KC, FULL>(lnw, lnb, a.lnw, a.lnb, C, lane);
-    // the step's position (and, below, its token) are read before the wait: the step before
-    // (decode_advance, which lets no kernel after it start before it ends) or the host wrote
-    // them before this step began
+    // the position is read before the wait: the step before (decode_advance, which lets no kernel
+    // after it start before it ends) or the host wrote it before this step began
     const int len = *a.pos + 1, new_pos = len - 1;
     const int chunk = (len + kRanks - 1) / kRanks;
     const int start = rank * chunk, end = min(start + chunk, len);
@@ -313,44 +307,22 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     constexpr int kSlice = (kProjRowsPerChunk * KC + kThreads - 1) / kThreads;
     float fc_bias[kSlice];
     load_slice_bias<kThreads>(fc_bias, a.fc_parts ? a.fc_bias : nullptr, C, rank);
-    // the first layer's row: the rows of wte at the token and of wpe at the position, 16 bytes of
-    // each a thread (decode_embed's sums, after the wait: no kernel of its own before this one)
-    constexpr int kEmbed = (KC * 32 + kThreads - 1) / kThreads;
-    int4 tok_row[kEmbed], pos_row[kEmbed];
-    if (!a.fc_parts) {
-        const bf16 *wte_row = a.wte + (size_t)*a.token * C, *wpe_row = a.wpe + (size_t)new_pos * C;
-#pragma unroll
-        for (int i = 0; i < kEmbed; i++) {
-            const int c = threadIdx.x + i * kThreads;
-            if (c < nchunks) {
-                tok_row[i] = *reinterpret_cast<const int4 *>(wte_row + c * 8);
-                pos_row[i] = *reinterpret_cast<const int4 *>(wpe_row + c * 8);
-            }
-        }
-    }
     pdl_launch_dependents();
     pdl_wait();
 
-    // ---- the row into shared memory: after the first layer the layer before's FC projection
-    // summed into it (the kernels before just wrote the parts), each rank its eighth for the
-    // cluster; at the first the embedding's sum. Head 0's cluster leaves it in x_in for the
-    // kernel after. Then warp 0 normalises it, each warp's 4 outputs
+    // ---- the row into shared memory (the kernels before just wrote it): after the first layer
+    // the layer before's FC projection summed into it, each rank its eighth for the cluster; head
+    // 0's cluster leaves it in x_in for the kernel after. Then warp 0 normalises it, each warp's
+    // 4 outputs
     if (a.fc_parts) {   // (uniform)
         hand_out_slice<kThreads, kSlice, 8 * KC, FULL>(xs, &x_full, h == 0 ? a.x_in : nullptr, a.inp, a.fc_parts,
                                                       C / 32, fc_bias, C, rank);
         mbar_wait(&x_full, 0);
     } else {
-#pragma unroll
-        for (int i = 0; i < kEmbed; i++) {
-            const int c = threadIdx.x + i * kThreads;
-            if (c >= nchunks) continue;
-            float tv[8], pv[8], y[8];
-            unpack_bf16<8>(tv, tok_row[i]);
-            unpack_bf16<8>(pv, pos_row[i]);
-#pragma unroll
-            for (int k = 0; k < 8; k++) y[k] = tv[k] + pv[k];
-            store_bf16<8>(reinterpret_cast<bf16 *>(&xs[c]), y);
-            if (h == 0 && c % kRanks == rank) store_bf16<8>(a.x_in + c * 8, y);   // (one copy)
+        for (int c = threadIdx.x; c < nchunks; c += kThreads) {
+            const int4 v = __ldcg(reinterpret_cast<const int4 *>(a.inp) + c);
+            xs[c] = v;
+            if (h == 0 && c % kRanks == rank) reinterpret_cast<int4 *>(a.x_in)[c] = v;   // (one copy)
         }
     }
     __syncthreads();
@@ -621,11 +593,9 @@ size_t decode_layers_sm90_scratch_size(void) {
 }
 
 bool decode_layers_sm90_fits(int B, int C, int NH, int HS, const DecodeLayerWeights *w, int L,
-                             const void *x, const void *wte, const void *wpe, const void *kcache,
-                             const void *vcache) {
+                             const void *x, const void *kcache, const void *vcache) {
     if (!(DECODE_LAYERS_SM90 && cuda_is_sm90() && B == 1 && HS == kHS && C == NH * HS && C <= kMaxC && L >= 1 &&
-          is_aligned16(x) && is_aligned16(wte) && is_aligned16(wpe) && is_aligned16(kcache) &&
-          is_aligned16(vcache)))
+          is_aligned16(x) && is_aligned16(kcache) && is_aligned16(vcache)))
         return false;
     for (int l = 0; l < L; l++) {
         const DecodeLayerWeights *p = &w[l];
@@ -638,10 +608,10 @@ bool decode_layers_sm90_fits(int B, int C, int NH, int HS, const DecodeLayerWeig
     return true;
 }
 
-void decode_layers_sm90(floatX *x, const int *token, const floatX *wte, const floatX *wpe, floatX *att,
-                        floatX *fch, void *scratch, const DecodeLayerWeights *w, int L, floatX *kcache,
-                        floatX *vcache, size_t layer_stride, const int *pos, int C, int maxT, int NH) {
-    if (!decode_layers_sm90_fits(1, C, NH, C / NH, w, L, x, wte, wpe, kcache, vcache) || !is_aligned16(scratch))
+void decode_layers_sm90(floatX *x, floatX *att, floatX *fch, void *scratch, const DecodeLayerWeights *w,
+                        int L, floatX *kcache, floatX *vcache, size_t layer_stride, const int *pos,
+                        int C, int maxT, int NH) {
+    if (!decode_layers_sm90_fits(1, C, NH, C / NH, w, L, x, kcache, vcache) || !is_aligned16(scratch))
         die("decode_layers_sm90: a call it does not take (C=%d, NH=%d, L=%d)", C, NH, L);
     bf16 *x_in = (bf16 *)scratch;
     float *partials = (float *)((char *)scratch + kXInBytes);
@@ -654,9 +624,6 @@ void decode_layers_sm90(floatX *x, const int *token, const floatX *wte, const fl
         a.inp = CBF(x);
         a.fc_parts = l > 0 ? fc_parts : nullptr;
         a.fc_bias = l > 0 ? CBF(w[l - 1].fcprojb) : nullptr;
-        a.token = token;
-        a.wte = CBF(wte);
-        a.wpe = CBF(wpe);
         a.lnw = CBF(w[l].ln1w);
         a.lnb = CBF(w[l].ln1b);
         a.weight = CBF(w[l].qkvw);

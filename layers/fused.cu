@@ -782,21 +782,19 @@ int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
     return 0;
 }
 
-void decode_layers_step(floatX *x, const int *tokens, const floatX *wte, const floatX *wpe,
-                        floatX *qkv, floatX *att, floatX *fch, void *att_scratch, void *scratch,
-                        float *x_stats, const DecodeLayerWeights *w, int L, floatX *kcache,
-                        floatX *vcache, size_t layer_stride, const int *pos, int B, int maxT,
-                        int NH, int HS) {
-    if (fused_enabled() &&
-        decode_layers_sm90_fits(B, NH * HS, NH, HS, w, L, x, wte, wpe, kcache, vcache)) {
-        decode_layers_sm90(x, tokens, wte, wpe, att, fch, block_part(scratch, B), w, L, kcache, vcache,
-                           layer_stride, pos, NH * HS, maxT, NH);
+void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *att_scratch,
+                        void *scratch, float *x_stats, const DecodeLayerWeights *w, int L,
+                        floatX *kcache, floatX *vcache, size_t layer_stride, const int *pos, int B,
+                        int maxT, int NH, int HS) {
+    if (fused_enabled() && decode_layers_sm90_fits(B, NH * HS, NH, HS, w, L, x, kcache, vcache)) {
+        decode_layers_sm90(x, att, fch, block_part(scratch, B), w, L, kcache, vcache, layer_stride, pos,
+                           NH * HS, maxT, NH);
         matmul_residual_forward(x, scratch, fch, w[L - 1].fcprojw, w[L - 1].fcprojb, B, 4 * NH * HS,
                                 NH * HS, NULL);   // the last layer's FC projection
         return;
     }
-    plain_decode_layers(x, tokens, wte, wpe, qkv, att, fch, att_scratch, scratch, x_stats, w, L,
-                        kcache, vcache, layer_stride, pos, B, maxT, NH, HS);
+    plain_decode_layers(x, qkv, att, fch, att_scratch, scratch, x_stats, w, L, kcache, vcache,
+                        layer_stride, pos, B, maxT, NH, HS);
 }
 
 // rows [i * B / parts, (i + 1) * B / parts) are part i: parts of B / parts rows or one more

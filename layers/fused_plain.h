@@ -50,14 +50,12 @@ static inline void plain_matmul_residual(floatX *residual, PlainScratch s, const
 }
 
 // decode_layers_step as the calls it is made of (layers.h), each the backend's own
-static inline void plain_decode_layers(floatX *x, const int *tokens, const floatX *wte,
-                                       const floatX *wpe, floatX *qkv, floatX *att, floatX *fch,
+static inline void plain_decode_layers(floatX *x, floatX *qkv, floatX *att, floatX *fch,
                                        void *att_scratch, void *scratch, float *x_stats,
                                        const DecodeLayerWeights *layers, int L, floatX *kcache,
                                        floatX *vcache, size_t layer_stride, const int *pos, int B,
                                        int maxT, int NH, int HS) {
     const int C = NH * HS;
-    decode_embed(x, tokens, pos, wte, wpe, B, C);
     const float *stats = NULL;   // x's row statistics, where the call that last wrote x left them
     for (int l = 0; l < L; l++) {
         const DecodeLayerWeights *w = &layers[l];

@@ -213,9 +213,8 @@ typedef struct {
     const floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
     const floatX *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } DecodeLayerWeights;
-// The decode step's embedding and layers at B rows (C = NH * HS): x (B, C) = decode_embed of
-// tokens (B) at position pos with wte (Vp, C) and wpe (maxT, C), then for l = 0 .. L-1, with
-// w[l] and layer l's caches kcache + l * layer_stride, vcache + l * layer_stride (B, NH, maxT, HS):
+// The decode step's layers at B rows (C = NH * HS): for l = 0 .. L-1, with w[l] and layer l's
+// caches kcache + l * layer_stride, vcache + l * layer_stride (B, NH, maxT, HS):
 //   qkv (B, 3C) = layernorm(x; ln1w, ln1b) @ qkvw^T + qkvb     layernorm_matmul_forward
 //   att (B, C)  = attention_decode_step(qkv, caches, pos)       (the new k, v into the caches)
 //   x (B, C)   += att @ attprojw^T + attprojb                  matmul_residual_forward
@@ -224,18 +223,16 @@ typedef struct {
 // and those are the calls it makes (x's row statistics handed from each residual call to the
 // layernorm after it, in x_stats: ROW_STATS_FLOATS(B, C) floats), but on CUDA at B = 1 on Hopper
 // (head size 64, C <= 1,792): there a layer is two kernels (decode_layers_sm90.cu), the first a
-// cluster of CTAs a head that embeds the token (the first layer) or sums the last layer's parts
-// into x, computes its q, k, v, attends and multiplies its output by its
+// cluster of CTAs a head that computes its q, k, v, attends and multiplies its output by its
 // columns of attprojw, the second clusters that sum the heads' parts into x, go on through the FC
 // and multiply their rows of fch by their columns of fcprojw, whose parts the next layer's first
 // kernel sums into x (the last layer's FC projection a GEMV kernel); qkv is then not written,
 // nor att_scratch used. att and fch hold the last layer's. att_scratch:
 // attention_decode_scratch_size bytes; scratch: fused_scratch_size(B, C, 4C).
-void decode_layers_step(floatX *x, const int *tokens, const floatX *wte, const floatX *wpe,
-                        floatX *qkv, floatX *att, floatX *fch, void *att_scratch, void *scratch,
-                        float *x_stats, const DecodeLayerWeights *w, int L, floatX *kcache,
-                        floatX *vcache, size_t layer_stride, const int *pos, int B, int maxT,
-                        int NH, int HS);
+void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *att_scratch,
+                        void *scratch, float *x_stats, const DecodeLayerWeights *w, int L,
+                        floatX *kcache, floatX *vcache, size_t layer_stride, const int *pos, int B,
+                        int maxT, int NH, int HS);
 // How many parts of the batch the decode step's layers at B rows run as at once (gpt2_decode.c):
 // part 0, the first B / parts rows, on the main stream and each other on a branch
 // (dev_branch_begin), so that one part's attention streams the cache while another's matmuls

@@ -198,8 +198,8 @@ static void test_attention_decode(unsigned long long *rng) {
                   (int)(bad / ((size_t)NH * maxT * HS)), (int)(bad / ((size_t)maxT * HS) % NH),
                   (int)(bad / HS % maxT), (int)(bad % HS), bad < cache ? kc2[bad] : 0.0f,
                   bad < cache ? (which[0] == 'k' ? kc : vc)[bad] : 0.0f);
-            // decode_layers_step, the embedding and two layers (the same weights, their own
-            // caches), against decode_embed (itself checked against wte[token] + wpe[pos]) and the
+            // the step's embedding (decode_embed) against wte[token] + wpe[pos]; then from it
+            // decode_layers_step over two layers (the same weights, their own caches) against the
             // plain layers, each as layernorm, the QKV matmul, attention_decode_step as above, the
             // projection and the residual, layernorm, the FC and GELU, the FC projection and the
             // residual; the caches as it left them but for the new position, whose k and v are the
@@ -240,9 +240,9 @@ static void test_attention_decode(unsigned long long *rng) {
             poison(datt, B * C);
             poison(dqkv, (size_t)B * 3 * C);
             poison(dfch2, (size_t)B * 4 * C);
-            poison(dx2, B * C);
-            decode_layers_step(dx2, dtok, dwte, dwpe, dqkv, datt, dfch2, dscratch, dfused, xstats, layers2, 2,
-                               dk3, dv3, cache, dlen, B, maxT, NH, HS);
+            decode_embed(dx2, dtok, dlen, dwte, dwpe, B, C);
+            decode_layers_step(dx2, dqkv, datt, dfch2, dscratch, dfused, xstats, layers2, 2, dk3, dv3, cache,
+                               dlen, B, maxT, NH, HS);
             floatX_download(got, datt, B * C);
             CHECK_CLOSE(got, o, (size_t)B * C, 1e-2, "decode_layers_step's att, B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
