@@ -51,15 +51,6 @@ void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const fl
 
 void decode_embed(floatX *out, const int *tokens, const int *pos, const floatX *wte,
                   const floatX *wpe, int B, int C) {
-    static int cluster = -1;   // EXPERIMENT (session 28): the embedding as a grid of clusters of 8
-    if (cluster < 0) cluster = env_flag("DECODE_EMBED_CLUSTER", 0) && cuda_is_sm90();
-    if (cluster && C % 8 == 0 && is_aligned16(out) && is_aligned16(wte) && is_aligned16(wpe)) {
-        const unsigned blocks = (unsigned)ceil_div(ceil_div((size_t)B * C, 8), 256);
-        launch_pdl_cluster(encoder_forward_kernel<8>, (blocks + 7) / 8 * 8, 256, 0, 8, BF(out), tokens,
-                           CBF(wte), CBF(wpe), pos, B, 1, C);
-        LAUNCH_CHECK();
-        return;
-    }
     encoder_launch(out, tokens, wte, wpe, pos, B, 1, C);
 }
 
