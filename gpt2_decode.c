@@ -206,7 +206,6 @@ static void decode_graph(void *arg) {
     GPT2Config c = model->config;
     int B = d->B, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, P = d->parts;
     ParameterTensors p = model->params;
-    decode_lm_prefetch_base(p.wte);   // EXPERIMENT
     int *pos = d->tokens + B;
     decode_embed(d->x, d->tokens, pos, p.wte, p.wpe, B, C);
     // the branches' parts first (each forked from the main stream as it is now), then part 0

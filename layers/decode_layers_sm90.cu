@@ -222,8 +222,6 @@ struct Args {
     const float *fc_parts;         // (C / 32, C): the layer before's FC projection by cluster of
                                    // residual_fc_kernel, or NULL (the first layer: inp is the row)
     const bf16 *fc_bias;           // (C): the layer before's FC projection's bias
-    const char *prefetch;          // EXPERIMENT: bytes into L2 for the LM head
-    size_t prefetch_bytes;
     const bf16 *lnw, *lnb;         // (C)
     const bf16 *weight, *bias;     // (3C, C), (3C)
     const bf16 *proj;              // (C, C): the attention projection's weight
@@ -306,13 +304,6 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
         cp_async_16(smem_addr(&proj[o][m]), a.proj + (size_t)(rank * proj_rows + o) * C + h * kHS + m * 8, true);
     }
     cp_async_commit();
-    if (a.prefetch && threadIdx.x == 0) {   // EXPERIMENT: this CTA's share, into L2
-        const size_t share = (a.prefetch_bytes / gridDim.x + 15) / 16 * 16, off = (size_t)blockIdx.x * share;
-        for (size_t o = off; o < off + share && o < a.prefetch_bytes; o += 32768) {
-            const size_t n = min(min((size_t)32768, off + share - o), a.prefetch_bytes - o);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.prefetch + o), "r"((uint32_t)n) : "memory");
-        }
-    }
     constexpr int kSlice = (kProjRowsPerChunk * KC + kThreads - 1) / kThreads;
     float fc_bias[kSlice];
     load_slice_bias<kThreads>(fc_bias, a.fc_parts ? a.fc_bias : nullptr, C, rank);
@@ -597,9 +588,6 @@ constexpr int kMaxC = kMaxKC * 256;
 constexpr size_t kXInBytes = (kMaxC * sizeof(bf16) + 255) / 256 * 256;
 constexpr size_t kPartialsBytes = (size_t)(kMaxC / kHS) * kMaxC * sizeof(float);
 
-const void *g_lm_prefetch;   // EXPERIMENT: wte, set by decode_lm_prefetch_base
-void decode_lm_prefetch_base(const void *wte) { g_lm_prefetch = wte; }
-
 size_t decode_layers_sm90_scratch_size(void) {
     return kXInBytes + kPartialsBytes + (size_t)(kMaxC / 32) * kMaxC * sizeof(float);
 }
@@ -636,20 +624,6 @@ void decode_layers_sm90(floatX *x, floatX *att, floatX *fch, void *scratch, cons
         a.inp = CBF(x);
         a.fc_parts = l > 0 ? fc_parts : nullptr;
         a.fc_bias = l > 0 ? CBF(w[l - 1].fcprojb) : nullptr;
-        {   // EXPERIMENT: DECODE_LM_PREFETCH="MB LAYERS OFFSET_MB": the LM head's wte from OFFSET
-            // into L2, shared by the last LAYERS layers' cluster kernels
-            static double mb = -1, off_mb = 0;
-            static int layers = 1;
-            if (mb < 0) {
-                mb = 0;
-                if (const char *e = getenv("DECODE_LM_PREFETCH")) sscanf(e, "%lf %d %lf", &mb, &layers, &off_mb);
-            }
-            if (mb > 0 && g_lm_prefetch && l >= L - layers) {
-                const size_t per = (size_t)(mb * 1e6 / layers) / 16 * 16;
-                a.prefetch = (const char *)g_lm_prefetch + (size_t)(off_mb * 1e6) / 16 * 16 + (size_t)(l - (L - layers)) * per;
-                a.prefetch_bytes = per;
-            }
-        }
         a.lnw = CBF(w[l].ln1w);
         a.lnb = CBF(w[l].ln1b);
         a.weight = CBF(w[l].qkvw);

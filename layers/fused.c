@@ -34,5 +34,3 @@ void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *i
 }
 
 int decode_step_parts(int B, int C) { return 1; }   // the CPU runs its layers in order
-
-void decode_lm_prefetch_base(const void *wte) { (void)wte; }   // EXPERIMENT

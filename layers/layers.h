@@ -233,7 +233,6 @@ void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *
                         void *scratch, float *x_stats, const DecodeLayerWeights *w, int L,
                         floatX *kcache, floatX *vcache, size_t layer_stride, const int *pos, int B,
                         int maxT, int NH, int HS);
-void decode_lm_prefetch_base(const void *wte);   // EXPERIMENT (session 28)
 // How many parts of the batch the decode step's layers at B rows run as at once (gpt2_decode.c):
 // part 0, the first B / parts rows, on the main stream and each other on a branch
 // (dev_branch_begin), so that one part's attention streams the cache while another's matmuls
