@@ -227,8 +227,8 @@ void gpt2_print_memory(const GPT2 *model);
 #define GPT2_DECODE_TENSORS(X)                                                               \
     X(k, floatX, L * B * maxT * C)  /* (L, B, NH, maxT, HS) key cache */                     \
     X(v, floatX, L * B * maxT * C)  /* (L, B, NH, maxT, HS) value cache */                   \
-    X(tokens, int, B + 2)  /* the tokens a step embeds, the argmax of the one before, then */ \
-                           /* the position and the length (pos + 1) it uses */               \
+    X(tokens, int, B + 2)  /* the next step's tokens (the argmax of the step before, or */    \
+                           /* the host's), its position and its length (pos + 1) */          \
     X(x, floatX, B * C)             /* (B, C) residual stream, updated in place */           \
     X(x_stats, float, ROW_STATS_FLOATS(B, C)) /* x's row statistics (layers.h) */            \
     X(qkv, floatX, B * 3 * C)       /* (B, 3C) the new token's query, key and value */       \

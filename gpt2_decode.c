@@ -10,8 +10,9 @@
 //                value into the cache first, so the token attends to itself as causality
 //                wants), attention projection + residual, layernorm + FC + GELU, FC projection
 //                + residual (all the layers one call, decode_layers_step); then the final
-//                layernorm + LM head + argmax, whose tokens go to the host's ring and are
-//                the next step's tokens (decode_advance). On CUDA at a few rows each is one kernel
+//                layernorm + LM head + argmax, left where the next step reads its tokens;
+//                decode_advance copies them to the host's ring and moves the position on.
+//                On CUDA at a few rows each is one kernel
 //                (fused.cu, decode_attention.cu), 5 a layer where the plain layers took 12, and
 //                at one row on Hopper 2 (layernorm, QKV, the attention and each head's part of
 //                its projection in one; the parts' sum, layernorm, FC and the FC projection's
@@ -81,6 +82,7 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
 }
 
 void kv_cache_free(KVCache *cache) {
+    if (cache->memory) dev_synchronize();   // queued steps may still write the ring and the arena
     device_graph_free(cache->graph);
     dev_host_free(cache->chosen);
     for (int i = 0; i < DECODE_TOKEN_SLOTS; i++) dev_event_free(cache->chosen_done[i]);
@@ -99,15 +101,19 @@ void kv_cache_print_memory(const KVCache *cache, FILE *out) {
 // ----------------------------------------------------------------------------------------
 // prefill
 
-// the position (and length) the next cache write and attention use, in device memory
+// the position (and length) the next cache write and attention use, in device memory (in
+// stream order, without waiting for the device)
 static void upload_position(KVCache *cache, int pos) {
     int position_and_length[2] = {pos, pos + 1};
-    dev_upload(cache->tokens + cache->B, position_and_length, sizeof(position_and_length));
+    dev_upload_async(cache->tokens + cache->B, position_and_length, sizeof(position_and_length));
 }
 
 // The step (or prefill) at position pos has been queued, and its decode_advance will leave its
-// tokens in slot pos % DECODE_TOKEN_SLOTS: the slot's event marks when.
+// tokens in slot pos % DECODE_TOKEN_SLOTS: the slot's event marks when. Positions from pos on
+// that the ring held belong to a continuation given up (a rewind, a new prefill): forgotten.
 static void record_chosen(KVCache *cache, int pos) {
+    for (int i = 0; i < DECODE_TOKEN_SLOTS; i++)
+        if (cache->chosen_pos[i] >= pos) cache->chosen_pos[i] = -1;
     int slot = pos % DECODE_TOKEN_SLOTS;
     dev_event_record(cache->chosen_done[slot]);
     cache->chosen_pos[slot] = pos;

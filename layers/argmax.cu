@@ -75,9 +75,10 @@ void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int
 }
 
 // One block: every thread reads the position before thread 0 moves it on. Launched with PDL, so
-// that it starts while the LM head ends, but it never lets the kernel after it start early (no
-// pdl_launch_dependents: the trigger is its end): the next step's first kernel reads the token
-// and the position before its own wait (decode_layers_sm90.cu), as every kernel of a step may.
+// that it starts while the LM head ends; it lets nothing after it start early (no
+// pdl_launch_dependents), and the next step begins with a plain launch (decode_embed) or a new
+// graph, so the position it writes is final before any kernel of the next step reads it before
+// its wait (decode_layers_sm90.cu, decode_attention.cu), as they do.
 __global__ void decode_advance_kernel(int *__restrict__ ring, int slots, int *__restrict__ pos,
                                       const int *__restrict__ tokens, int B) {
     pdl_wait();

@@ -10,8 +10,9 @@
 #include <cub/device/device_radix_sort.cuh>
 
 // out[n, :] = wte[tokens[n], :] + wpe[t, :], t = n % T, or pos[0] where pos is given (the
-// decode step's position, in device memory); one thread per VEC channels of one row. The decode
-// step launches it with PDL (launch_pdl): its tokens come from the step before, after the wait.
+// decode step's position, in device memory); one thread per VEC channels of one row. It lets the
+// kernel after it start at once (PDL: the decode step's first layer kernel loads its weights
+// meanwhile); the wait is a no-op, as its launch is plain (encoder_launch).
 template <int VEC>
 __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__restrict__ tokens,
                                        const bf16 *__restrict__ wte, const bf16 *__restrict__ wpe,
@@ -31,16 +32,14 @@ __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__rest
     store_bf16<VEC>(out + (size_t)n * C + c, y);
 }
 
-// the training pass's (pos NULL, launched plainly) and the decode step's (with PDL)
+// the training pass's (pos NULL) and the decode step's. Launched plainly, so that it starts
+// only once everything before it is done and visible: the decode step's kernels after it read
+// the position before their waits, which the step before (decode_advance) wrote
 static void encoder_launch(floatX *out, const int *tokens, const floatX *wte, const floatX *wpe,
                            const int *pos, int N, int T, int C) {
     const bool vec = C % 8 == 0 && is_aligned16(out) && is_aligned16(wte) && is_aligned16(wpe);
-    if (pos)
-        launch_elementwise<8, true>(encoder_forward_kernel<8>, encoder_forward_kernel<1>, vec,
-                                    (size_t)N * C, BF(out), tokens, CBF(wte), CBF(wpe), pos, N, T, C);
-    else
-        launch_elementwise<8>(encoder_forward_kernel<8>, encoder_forward_kernel<1>, vec,
-                              (size_t)N * C, BF(out), tokens, CBF(wte), CBF(wpe), pos, N, T, C);
+    launch_elementwise<8>(encoder_forward_kernel<8>, encoder_forward_kernel<1>, vec, (size_t)N * C,
+                          BF(out), tokens, CBF(wte), CBF(wpe), pos, N, T, C);
     LAUNCH_CHECK();
 }
 

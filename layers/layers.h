@@ -156,9 +156,9 @@ void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX 
                       const floatX *vcache, int B, int len, int maxT, int NH, int HS);
 
 // The rest of generation's layer calls (layers/decode_attention.*, fused.*, argmax.*). What
-// changes from one decode step to the next (the position) is read from device memory, so that
-// the step is the same sequence of launches every time and CUDA can replay it as one graph
-// (runtime/graph.h).
+// changes from one decode step to the next (its tokens and position) is read from device memory,
+// so that the step is the same sequence of launches every time and CUDA can replay it as one
+// graph (runtime/graph.h).
 //
 // The decode step's attention: the new token's key and value, read from qkv (B, 3, NH, HS), go
 // into the cache at position pos (one int32 in device memory), and its query attends to

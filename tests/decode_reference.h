@@ -48,10 +48,12 @@ static void reference_decode(float *out, const float *q, const float *kc, const 
 }
 
 // Greedy decoding from one prompt (tokens (1, T0), every sequence of the cache), steps steps
-// two ways: gpt2_decode_step_greedy, the host reading each step's tokens while the next step
-// runs (gpt2_decode_chosen, as infer_gpt2 does), then gpt2_decode_step fed the argmax read back
-// at once. Returns the first step whose tokens or logits (as floats, bit for bit) differ, or -1;
-// *tokens_out (B * steps) the device-fed run's tokens, for the caller's own checks.
+// three ways: gpt2_decode_step_greedy, the host reading each step's tokens while the next step
+// runs (gpt2_decode_chosen, as infer_gpt2 does) and its logits after; the same with
+// DECODE_TOKEN_SLOTS - 1 steps queued ahead of each read and nothing else read; then
+// gpt2_decode_step fed the argmax read back at once. Returns the first step whose tokens or
+// logits (as floats, bit for bit) differ, or -1; *tokens_out (B * steps) the first run's tokens,
+// for the caller's own checks.
 static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt, int T0,
                                      int steps, int *tokens_out) {
     int B = cache->B, Vp = cache->Vp;
@@ -70,6 +72,19 @@ static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt,
         gpt2_decode_chosen(cache, T0 - 1 + i, tokens_out + (size_t)i * B);
         if (i + 1 < steps) gpt2_decode_logits(cache, logits + (size_t)(i + 1) * B * Vp);
     }
+    // again with as many steps queued ahead of the host's reads as the ring keeps, nothing else
+    // read in between: the same tokens
+    gpt2_prefill(m, cache, prompt, 1, T0);
+    int queued = 0, ahead_first = -1;   // greedy steps queued after the prefill
+    for (int i = 0; i < steps; i++) {
+        while (queued < steps - 1 && queued < i + DECODE_TOKEN_SLOTS - 1) {
+            gpt2_decode_step_greedy(m, cache);
+            queued++;
+        }
+        gpt2_decode_chosen(cache, T0 - 1 + i, host_fed);
+        if (ahead_first < 0 && memcmp(host_fed, tokens_out + (size_t)i * B, token_bytes) != 0)
+            ahead_first = i;
+    }
     int first = -1;
     gpt2_prefill(m, cache, prompt, 1, T0);
     for (int i = 0; i < steps && first < 0; i++) {
@@ -84,7 +99,7 @@ static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt,
     free(logits);
     free(row);
     free(host_fed);
-    return first;
+    return ahead_first >= 0 && (first < 0 || ahead_first < first) ? ahead_first : first;
 }
 
 #endif

@@ -281,7 +281,10 @@ static void test_cached_decoding(unsigned long long *rng) {
     CHECK(cache.len == maxT, "the greedy steps fill the cache to %d positions (len %d)", maxT, cache.len);
     // the ring keeps the last DECODE_TOKEN_SLOTS positions' tokens; one older is an error
     int last[2];
-    gpt2_decode_chosen(&cache, maxT - DECODE_TOKEN_SLOTS, last);
+    gpt2_decode_chosen(&cache, maxT - DECODE_TOKEN_SLOTS, last);   // greedy's step maxT - slots - T0 + 1
+    const int *kept = greedy + 2 * (maxT - DECODE_TOKEN_SLOTS - T0 + 1);
+    CHECK(last[0] == kept[0] && last[1] == kept[1], "gpt2_decode_chosen of the oldest position kept: "
+          "%d %d, want %d %d", last[0], last[1], kept[0], kept[1]);
     gpt2_decode_chosen(&cache, maxT - 1, last);
     gpt2_decode_argmax(&cache, am);
     CHECK(last[0] == am[0] && last[1] == am[1], "gpt2_decode_chosen of the last step: %d %d, its "

@@ -575,18 +575,24 @@ static void test_cached_decoding(unsigned long long *rng) {
     check_cached_decoding(&m, 128, 20, 4, rng);
     check_cached_decoding(&m, 200, 20, 3, rng);
     // greedy with the tokens kept on the device (the step replayed as a CUDA graph, the host
-    // reading each step's argmax one step late): the same bits as through the host
-    for (int B = 1; B <= 64; B *= 8) {
-        int prompt[16], *tokens = malloc((size_t)B * 40 * sizeof(int));
-        random_tokens(prompt, 16, c.vocab_size, rng);
-        KVCache cache;
-        kv_cache_init(&cache, &m, B, 16 + 40 - 1);
-        int at = greedy_on_device_mismatch(&m, &cache, prompt, 16, 40, tokens);
-        CHECK(at < 0, "greedy on the device equals greedy through the host, B=%d, 40 steps (first "
-              "difference at step %d)", B, at);
-        kv_cache_free(&cache);
-        free(tokens);
+    // reading each step's argmax one step late, or up to three): the same bits as through the
+    // host; and again with the kernels launched one by one (CUDA_GRAPHS=0: the PDL chain then runs
+    // from one step into the next)
+    for (int graphs = 1; graphs >= 0; graphs--) {
+        setenv("CUDA_GRAPHS", graphs ? "1" : "0", 1);
+        for (int B = 1; B <= 64; B *= 8) {
+            int prompt[16], *tokens = malloc((size_t)B * 40 * sizeof(int));
+            random_tokens(prompt, 16, c.vocab_size, rng);
+            KVCache cache;
+            kv_cache_init(&cache, &m, B, 16 + 40 - 1);
+            int at = greedy_on_device_mismatch(&m, &cache, prompt, 16, 40, tokens);
+            CHECK(at < 0, "greedy on the device equals greedy through the host, B=%d, 40 steps, "
+                  "CUDA_GRAPHS=%d (first difference at step %d)", B, graphs, at);
+            kv_cache_free(&cache);
+            free(tokens);
+        }
     }
+    unsetenv("CUDA_GRAPHS");
     gpt2_free(&m);
 }
 

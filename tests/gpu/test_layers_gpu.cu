@@ -197,13 +197,13 @@ static void test_device(void) {
     decode_advance(ring, 4, dtok + 3, dtok, 3);   // slot 6 % 4 = 2
     decode_advance(ring, 4, dtok + 3, dtok, 3);   // slot 3
     dev_event_record(done);
-    dev_event_wait(done);
-    dev_download(toks, dtok, sizeof(toks));
+    dev_event_wait(done);   // the ring read at once, nothing else waited for
     int want_ring[12] = {0, 0, 0, 0, 0, 0, 7, 8, 9, 7, 8, 9};
-    CHECK(memcmp(ring, want_ring, sizeof(want_ring)) == 0 && toks[3] == 8 && toks[4] == 9,
-          "decode_advance twice: slots 2 and 3 hold %d %d %d and %d %d %d (want 7 8 9), the "
-          "position %d and length %d (want 8 and 9)", ring[6], ring[7], ring[8], ring[9], ring[10],
-          ring[11], toks[3], toks[4]);
+    CHECK(memcmp(ring, want_ring, sizeof(want_ring)) == 0, "decode_advance twice: slots 2 and 3 "
+          "hold %d %d %d and %d %d %d (want 7 8 9)", ring[6], ring[7], ring[8], ring[9], ring[10], ring[11]);
+    dev_download(toks, dtok, sizeof(toks));
+    CHECK(toks[3] == 8 && toks[4] == 9, "decode_advance twice: the position %d and length %d (want "
+          "8 and 9)", toks[3], toks[4]);
     dev_event_free(done);
     dev_free(dtok);
     dev_host_free(ring);
