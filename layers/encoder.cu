@@ -12,13 +12,12 @@
 // out[n, :] = wte[tokens[n], :] + wpe[t, :], t = n % T, or pos[0] where pos is given (the
 // decode step's position, in device memory); one thread per VEC channels of one row. It lets the
 // kernel after it start at once (PDL: the decode step's first layer kernel loads its weights
-// meanwhile); the wait is a no-op, as its launch is plain (encoder_launch).
+// meanwhile); its own launch is plain (encoder_launch), so it has no wait of its own.
 template <int VEC>
 __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__restrict__ tokens,
                                        const bf16 *__restrict__ wte, const bf16 *__restrict__ wpe,
                                        const int *__restrict__ pos, int N, int T, int C) {
     pdl_launch_dependents();
-    pdl_wait();
     const int nvec = C / VEC;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * nvec) return;
