@@ -227,8 +227,9 @@ void gpt2_print_memory(const GPT2 *model);
 #define GPT2_DECODE_TENSORS(X)                                                               \
     X(k, floatX, L * B * maxT * C)  /* (L, B, NH, maxT, HS) key cache */                     \
     X(v, floatX, L * B * maxT * C)  /* (L, B, NH, maxT, HS) value cache */                   \
-    X(tokens, int, B + 2)  /* the next step's tokens (the argmax of the step before, or */    \
-                           /* the host's), its position and its length (pos + 1) */          \
+    X(tokens, int, B + DECODE_GRAPH_STEPS) /* the next step's tokens (the argmax of the */   \
+              /* step before, or the host's), then each step of a graph its position,      */  \
+              /* written before the graph starts                                            */ \
     X(x, floatX, B * C)             /* (B, C) residual stream, updated in place */           \
     X(x_stats, float, ROW_STATS_FLOATS(B, C)) /* x's row statistics (layers.h) */            \
     X(qkv, floatX, B * 3 * C)       /* (B, 3C) the new token's query, key and value */       \
@@ -245,7 +246,13 @@ void gpt2_print_memory(const GPT2 *model);
 #define GPT2_DECODE_INDEX(name, ...) DECODE_##name,
 enum { GPT2_DECODE_TENSORS(GPT2_DECODE_INDEX) NUM_DECODE_TENSORS };
 
-#define DECODE_TOKEN_SLOTS 4   // greedy steps whose tokens the host may read late
+// Greedy decoding at batch 1 runs DECODE_GRAPH_STEPS steps as one CUDA graph where that many are
+// asked for (the steps chained by programmatic dependent launch, no graph boundary between them:
+// 1.02x tokens/s over a graph a step, 1.05x after 1,000 tokens; docs/PERF.md, twenty-ninth
+// session, call 10), and the host may read the tokens of the last DECODE_TOKEN_SLOTS positions:
+// a graph's, while the next one runs.
+#define DECODE_GRAPH_STEPS 8
+#define DECODE_TOKEN_SLOTS (2 * DECODE_GRAPH_STEPS)
 
 typedef struct {
     int L, B, maxT, NH, HS;  // maxT positions of B sequences, for L layers of NH heads of HS
@@ -256,7 +263,7 @@ typedef struct {
     GPT2_DECODE_TENSORS(GPT2_ACT_FIELD)
     size_t bytes[NUM_DECODE_TENSORS];
     void *memory;
-    DeviceGraph *graph;      // the decode step, replayed (CUDA graph)
+    DeviceGraph *graph[2];   // one decode step, and DECODE_GRAPH_STEPS of them, replayed (CUDA graphs)
     // greedy decoding's tokens as they reach the host (gpt2_decode_chosen): those chosen at
     // position p in slot p % DECODE_TOKEN_SLOTS of chosen (host memory the device writes), the
     // slot's event recorded after the step that fills it, chosen_pos its position (-1: none)
@@ -278,12 +285,15 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
 // step may also rewind; pos < maxT). Its logits (B, Vp) land in cache->logits and their argmax
 // in cache->tokens (and for gpt2_decode_chosen); len = pos + 1.
 void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos);
-// The same step for greedy decoding, at position cache->len: its tokens are the argmax of the
-// step or prefill before, which never leave the device, and the device moves its own position
-// on, so the host sends nothing. Returns without waiting for the device, so steps can be queued
-// ahead of reading their tokens (gpt2_decode_chosen). The same bits as gpt2_decode_step with
-// that argmax.
-void gpt2_decode_step_greedy(GPT2 *model, KVCache *cache);
+// Greedy decoding: steps from position cache->len on, until position `until` is queued
+// (until < maxT) or the ring of chosen tokens has no room for more without dropping position
+// `reading` (the oldest the host has yet to read, as gpt2_decode_chosen keeps them): one graph
+// of DECODE_GRAPH_STEPS steps at a time where that many remain, else one step a graph. Each
+// step's tokens are the argmax of the step or prefill before, which never leave the device, and
+// the device moves its own position on, so the host sends nothing; returns without waiting
+// for the device, so that the steps run while the host reads the tokens of those before. The
+// same bits as gpt2_decode_step with that argmax.
+void gpt2_decode_greedy(GPT2 *model, KVCache *cache, int reading, int until);
 // out (B): the argmax of the logits at position pos (the prefill's last, T - 1, or a step's),
 // greedy decoding's choice, as it reaches the host: waits for the step that chose it, not for
 // any queued after it. The device writes it into host memory, with no copy of its own. pos must

@@ -11,7 +11,8 @@
 //                wants), attention projection + residual, layernorm + FC + GELU, FC projection
 //                + residual (all the layers one call, decode_layers_step); then the final
 //                layernorm + LM head + argmax, left where the next step reads its tokens;
-//                decode_advance copies them to the host's ring and moves the position on.
+//                decode_advance copies them to the host's ring (and at a graph's end writes the
+//                next graph's positions).
 //                On CUDA at a few rows each is one kernel
 //                (fused.cu, decode_attention.cu), 5 a layer where the plain layers took 12, and
 //                at one row on Hopper 2 (layernorm, QKV, the attention and each head's part of
@@ -21,8 +22,11 @@
 //                rows on Hopper the layers run as two to four parts of the batch at once
 //                (decode_step_parts), all but the first on branch streams.
 // Like gpt2.c, it calls only layers/ and never knows the backend. The decode step reads its
-// tokens and position from device memory and moves the position on itself, so on CUDA the whole
-// step is one graph replayed at every step, and a greedy step needs nothing from the host.
+// tokens and position from device memory, and the device moves the position on itself, so on
+// CUDA the whole step is one graph replayed at every step, and greedy steps need nothing from
+// the host: DECODE_GRAPH_STEPS of them one graph, each step's position in a cell of its own
+// written before the graph starts, so that no kernel waits at a step's start for the step
+// before to end (decode_graph).
 #include "gpt2.h"
 
 #include <string.h>
@@ -83,7 +87,7 @@ void kv_cache_init(KVCache *cache, const GPT2 *model, int B, int maxT) {
 
 void kv_cache_free(KVCache *cache) {
     if (cache->memory) dev_synchronize();   // queued steps may still write the ring and the arena
-    device_graph_free(cache->graph);
+    for (int i = 0; i < 2; i++) device_graph_free(cache->graph[i]);
     dev_host_free(cache->chosen);
     for (int i = 0; i < DECODE_TOKEN_SLOTS; i++) dev_event_free(cache->chosen_done[i]);
     if (cache->memory) dev_free(cache->memory);
@@ -101,22 +105,24 @@ void kv_cache_print_memory(const KVCache *cache, FILE *out) {
 // ----------------------------------------------------------------------------------------
 // prefill
 
-// the position (and length) the next cache write and attention use, in device memory (in
-// stream order, without waiting for the device)
+// the first step's position cell (layers.h), the position the next cache write and attention
+// use, in device memory (in stream order, without waiting for the device)
 static void upload_position(KVCache *cache, int pos) {
-    int position_and_length[2] = {pos, pos + 1};
-    dev_upload_async(cache->tokens + cache->B, position_and_length, sizeof(position_and_length));
+    dev_upload_async(cache->tokens + cache->B, &pos, sizeof(pos));
 }
 
-// The step (or prefill) at position pos has been queued, and its decode_advance will leave its
-// tokens in slot pos % DECODE_TOKEN_SLOTS: the slot's event marks when. Positions from pos on
-// that the ring held belong to a continuation given up (a rewind, a new prefill): forgotten.
-static void record_chosen(KVCache *cache, int pos) {
+// The steps (or prefill) at positions pos .. pos + n - 1 have been queued, and their
+// decode_advance calls will leave their tokens in slots (pos + i) % DECODE_TOKEN_SLOTS: the
+// slots' events mark when. Positions from pos on that the ring held belong to a continuation
+// given up (a rewind, a new prefill): forgotten.
+static void record_chosen(KVCache *cache, int pos, int n) {
     for (int i = 0; i < DECODE_TOKEN_SLOTS; i++)
         if (cache->chosen_pos[i] >= pos) cache->chosen_pos[i] = -1;
-    int slot = pos % DECODE_TOKEN_SLOTS;
-    dev_event_record(cache->chosen_done[slot]);
-    cache->chosen_pos[slot] = pos;
+    for (int i = 0; i < n; i++) {
+        int slot = (pos + i) % DECODE_TOKEN_SLOTS;
+        dev_event_record(cache->chosen_done[slot]);
+        cache->chosen_pos[slot] = pos + i;
+    }
 }
 
 void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T) {
@@ -151,11 +157,11 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
                  (size_t)Vp * sizeof(floatX));
     }
     logits_argmax(cache->tokens, cache->logits, Vp, cache->B, cache->V);
-    // the chosen tokens to the host's ring, and the position on to T, the first step's
+    // the chosen tokens to the host's ring, and the next graph's positions from T on
     upload_position(cache, T - 1);
-    decode_advance(cache->chosen, DECODE_TOKEN_SLOTS, cache->tokens + cache->B, cache->tokens,
-                   cache->B);
-    record_chosen(cache, T - 1);
+    decode_advance(cache->chosen, DECODE_TOKEN_SLOTS, cache->tokens + cache->B, DECODE_GRAPH_STEPS,
+                   0, 1, cache->tokens, cache->B);
+    record_chosen(cache, T - 1, 1);
     cache->len = T;
 }
 
@@ -173,13 +179,12 @@ typedef struct {
 // The layers of those rows: from their rows of cache->x, the embedded tokens, through every
 // layer (decode_layers_step), on their slices of the step's tensors and of the cache; the
 // residual stream stays in cache->x, each projection adding to it in place. Launches the same
-// work with the same arguments at every position: the position is read from cache->tokens.
-static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
+// work with the same arguments at every position: the position is read from its cell, pos.
+static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows, const int *pos) {
     GPT2Config c = model->config;
     int L = c.num_layers, C = c.channels, N = rows.n;
     size_t layer_stride = (size_t)d->B * d->maxT * C;                 // one layer of the cache
     size_t kv0 = KV_CACHE_AT(rows.r0, 0, 0, d->maxT, d->NH, d->HS);   // the rows' sequences
-    const int *pos = d->tokens + d->B;
     ParameterTensors p = model->params;
     floatX *x = d->x + (size_t)rows.r0 * C, *qkv = d->qkv + (size_t)rows.r0 * 3 * C;
     floatX *atty = d->atty + (size_t)rows.r0 * C, *fch_gelu = d->fch_gelu + (size_t)rows.r0 * 4 * C;
@@ -195,24 +200,17 @@ static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows) {
                        L, d->k + kv0, d->v + kv0, layer_stride, pos, N, d->maxT, d->NH, d->HS);
 }
 
-typedef struct {
-    GPT2 *model;
-    KVCache *cache;
-} DecodeArgs;
-
-// The decode step, all of it on the device, as one CUDA graph: from cache->tokens, the tokens
-// and their position, the embedding into cache->x (B, C); the layers, in one go or as d->parts
-// parts of the batch at once, all but the first each on a branch (dev_branch_begin), so that
-// one part's attention streams the cache while another's matmuls run; the LM head over all B
-// rows, its logits into cache->logits (B, Vp) and their argmax over the tokens; then those
-// tokens into the host's ring and the position on by one (decode_advance), ready for the next.
-static void decode_graph(void *arg) {
-    GPT2 *model = ((DecodeArgs *)arg)->model;
-    KVCache *d = ((DecodeArgs *)arg)->cache;
+// Step j of a graph (decode_graph), `last` its last: from cache->tokens and the step's position
+// cell, the embedding into cache->x (B, C); the layers, in one go or as d->parts parts of the
+// batch at once, all but the first each on a branch (dev_branch_begin), so that one part's
+// attention streams the cache while another's matmuls run; the LM head over all B rows, its
+// logits into cache->logits (B, Vp) and their argmax over the tokens; then those tokens into
+// the host's ring (decode_advance), and after the graph's last step the next graph's cells.
+static void decode_graph_step(GPT2 *model, KVCache *d, int j, int last) {
     GPT2Config c = model->config;
     int B = d->B, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, P = d->parts;
     ParameterTensors p = model->params;
-    int *pos = d->tokens + B;
+    int *cells = d->tokens + B, *pos = cells + j;
     decode_embed(d->x, d->tokens, pos, p.wte, p.wpe, B, C);
     // the branches' parts first (each forked from the main stream as it is now), then part 0
     for (int i = P - 1; i >= 0; i--) {
@@ -224,21 +222,39 @@ static void decode_graph(void *arg) {
             rows.fused_scratch = d->fused_scratch_b + (i - 1) * d->part_bytes[2];
             dev_branch_begin();
         }
-        decode_rows(model, d, rows);
+        decode_rows(model, d, rows, pos);
         if (i > 0) dev_branch_end();
     }
     if (P > 1) dev_branch_join();
     lm_head_forward(d->logits, d->tokens, d->fused_scratch, d->x, p.lnfw, p.lnfb, p.wte, B, C, V,
                     Vp);
-    decode_advance(d->chosen, DECODE_TOKEN_SLOTS, pos, d->tokens, B);
+    decode_advance(d->chosen, DECODE_TOKEN_SLOTS, cells, DECODE_GRAPH_STEPS, j, last, d->tokens, B);
 }
 
-// the step at position pos, its tokens and position already in cache->tokens
-static void decode_step(GPT2 *model, KVCache *cache, int pos) {
-    DecodeArgs args = {model, cache};
-    device_graph_run(&cache->graph, decode_graph, &args);
-    record_chosen(cache, pos);
-    cache->len = pos + 1;
+typedef struct {
+    GPT2 *model;
+    KVCache *cache;
+    int steps;
+} DecodeArgs;
+
+// `steps` decode steps as one CUDA graph (replayed: the same work at every position). The steps
+// follow each other by programmatic dependent launch, as a step's kernels do: step j + 1's
+// kernels start, loading their weights, while step j's LM head streams wte, and read before
+// their waits only their cell and the cache's rows that the steps before wrote (layers.h). With
+// a graph a step, the next step's first layer kernel could start only after the graph before
+// had ended (docs/PERF.md, twenty-eighth and twenty-ninth sessions).
+static void decode_graph(void *arg) {
+    DecodeArgs *a = arg;
+    for (int j = 0; j < a->steps; j++) decode_graph_step(a->model, a->cache, j, j == a->steps - 1);
+}
+
+// the steps at positions pos .. pos + n - 1 (n = 1 or DECODE_GRAPH_STEPS), the first one's
+// tokens and the cells already in cache->tokens
+static void decode_steps(GPT2 *model, KVCache *cache, int pos, int n) {
+    DecodeArgs args = {model, cache, n};
+    device_graph_run(&cache->graph[n > 1], decode_graph, &args);
+    record_chosen(cache, pos, n);
+    cache->len = pos + n;
 }
 
 void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
@@ -246,7 +262,7 @@ void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
     if (pos < 1 || pos > cache->len || pos >= cache->maxT)
         die("decode step at position %d: needs 1 <= position <= %d (the cached length) and a "
             "position < %d (the cache's size)", pos, cache->len, cache->maxT);
-    int inputs[B + 2];   // the tokens, the position and the length, uploaded in one copy
+    int inputs[B + 1];   // the tokens and the step's position cell, uploaded in one copy
     for (int b = 0; b < B; b++) {
         if (tokens[b] < 0 || tokens[b] >= V)
             die("decode step: token %d of sequence %d is outside the vocabulary [0, %d)",
@@ -254,23 +270,34 @@ void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
         inputs[b] = tokens[b];
     }
     inputs[B] = pos;
-    inputs[B + 1] = pos + 1;
     dev_upload(cache->tokens, inputs, sizeof(inputs));
-    decode_step(model, cache, pos);
+    decode_steps(model, cache, pos, 1);
 }
 
-// Greedy decoding with the tokens kept on the device: this step's tokens are the argmax of the
-// step (or prefill) before, where the LM head left them, and its position is where that step's
-// decode_advance moved it (cache->len, the host's count, by construction). Nothing here waits
-// for the device or sends it anything, so the host can queue the next step before it has read
-// this one's tokens (gpt2_decode_chosen), and the GPU goes from step to step with nothing from
-// the host between them.
-void gpt2_decode_step_greedy(GPT2 *model, KVCache *cache) {
-    int pos = cache->len;
-    if (pos < 1 || pos >= cache->maxT)
-        die("greedy decode step at position %d: needs a prefill first and a position < %d (the "
-            "cache's size)", pos, cache->maxT);
-    decode_step(model, cache, pos);
+// Greedy decoding with the tokens kept on the device: each step's tokens are the argmax of the
+// step (or prefill) before, where the LM head left them, and its position is in the cell that
+// the graph before's last decode_advance wrote (from cache->len on, the host's count, by
+// construction). Nothing here waits for the device or sends it anything, so the host can queue
+// the next graph before it has read this one's tokens (gpt2_decode_chosen), and the GPU goes
+// from step to step with nothing from the host between them.
+// The steps a greedy graph holds where that many remain: DECODE_GRAPH_STEPS at batch 1 (1.02x
+// tokens/s, 1.05x after 1,000 tokens), one above (with 8, batch 2-16 measured 0.1-1% slower and
+// 64 level; docs/PERF.md, twenty-ninth session, calls 8 and 10)
+static int greedy_graph_steps(const KVCache *cache) {
+    return cache->B == 1 ? DECODE_GRAPH_STEPS : 1;
+}
+
+void gpt2_decode_greedy(GPT2 *model, KVCache *cache, int reading, int until) {
+    if (cache->len < 1 || until >= cache->maxT || reading < 0 || reading > cache->len)
+        die("greedy decoding up to position %d, reading from position %d: needs a prefill first, "
+            "a position < %d (the cache's size) and 0 <= reading <= %d (the cached length)", until,
+            reading, cache->maxT, cache->len);
+    while (cache->len <= until) {
+        int pos = cache->len;
+        int k = greedy_graph_steps(cache), n = until - pos + 1 >= k ? k : 1;
+        if (pos + n - reading > DECODE_TOKEN_SLOTS) return;   // the ring is full from `reading` on
+        decode_steps(model, cache, pos, n);
+    }
 }
 
 void gpt2_decode_chosen(KVCache *cache, int pos, int *out) {

@@ -199,13 +199,14 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
     gpt2_prefill(&g->model, &g->cache, prompt->ids, 1, T);
     double t_first = 0.0;
     int step = 0, live = B;
-    // Greedy decoding keeps the tokens on the device: the next step is queued before this
-    // step's tokens are read (gpt2_decode_step_greedy), so the GPU does not wait for the host
-    // between steps; a step queued past the end of the text is computed and dropped.
+    // Greedy decoding keeps the tokens on the device: the next steps are queued before this
+    // step's tokens are read (gpt2_decode_greedy, several steps a graph), so the GPU does not
+    // wait for the host between steps; steps queued past the end of the text are computed and
+    // dropped.
     const int greedy = o->temperature == 0.0f && !g->write_logits;
     for (; step < steps && live > 0; step++) {
         if (greedy) {
-            if (step + 1 < steps) gpt2_decode_step_greedy(&g->model, &g->cache);
+            gpt2_decode_greedy(&g->model, &g->cache, T - 1 + step, T + steps - 2);
             gpt2_decode_chosen(&g->cache, T - 1 + step, g->tokens);
         } else {
             if (step > 0) gpt2_decode_step(&g->model, &g->cache, g->tokens, T + step - 1);

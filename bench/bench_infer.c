@@ -33,8 +33,8 @@ static double median(double *x, int n) {
 
 // seconds of one greedy generation: prefill of prompt (T), then `steps` decode steps
 // (0: the prefill and first token alone); *first: seconds to the first token. As infer_gpt2
-// does it: the tokens stay on the device (gpt2_decode_step_greedy), and the host reads each
-// step's tokens while the next step runs; the time ends when the last tokens are on the host.
+// does it: the tokens stay on the device (gpt2_decode_greedy), and the host reads each
+// step's tokens while the next steps run; the time ends when the last tokens are on the host.
 // GREEDY_ON_DEVICE=0 instead brings every step's tokens back before the next step starts (the
 // host round trip of before, for a same-run comparison).
 static double generate(GPT2 *m, KVCache *cache, const int *prompt, int T, int steps, double *first) {
@@ -53,11 +53,10 @@ static double generate(GPT2 *m, KVCache *cache, const int *prompt, int T, int st
         }
         return wall_seconds() - t0;
     }
-    for (int i = 0; i < steps; i++) {   // step i queued, then the tokens of the one before read
-        gpt2_decode_step_greedy(m, cache);
-        if (i > 0) gpt2_decode_chosen(cache, T + i - 1, tokens);
+    for (int i = 0; i <= steps; i++) {   // the steps ahead queued, then position T - 1 + i's tokens read
+        gpt2_decode_greedy(m, cache, T - 1 + i, T - 1 + steps);
+        if (i > 0) gpt2_decode_chosen(cache, T - 1 + i, tokens);
     }
-    if (steps > 0) gpt2_decode_chosen(cache, T + steps - 1, tokens);
     return wall_seconds() - t0;
 }
 

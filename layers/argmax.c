@@ -12,9 +12,11 @@ void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int
     }
 }
 
-void decode_advance(int *ring, int slots, int *pos, const int *tokens, int B) {
-    int *slot = ring + (size_t)(pos[0] % slots) * B;
+void decode_advance(int *ring, int slots, int *cells, int ncells, int step, int last,
+                    const int *tokens, int B) {
+    const int p = cells[step];
+    int *slot = ring + (size_t)(p % slots) * B;
     for (int b = 0; b < B; b++) slot[b] = tokens[b];
-    pos[0]++;
-    pos[1]++;
+    if (!last) return;
+    for (int i = 0; i < ncells; i++) cells[i] = p + 1 + i;
 }

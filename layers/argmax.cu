@@ -19,9 +19,10 @@ template <int VEC>
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_kernel(int *__restrict__ out, const bf16 *__restrict__ logits, size_t row_stride, int V) {
     // launched with PDL (launch_pdl): in the decode step it follows the LM head's GEMM, and its
-    // launch then overlaps that GEMM's last blocks; the logits are read after the wait
-    pdl_launch_dependents();
+    // launch then overlaps that GEMM's last blocks; the logits are read after the wait. The
+    // kernels after it start only after its wait (it ends the LM head: layers.h)
     pdl_wait();
+    pdl_launch_dependents();
     const bf16 *row = logits + (size_t)blockIdx.x * row_stride;
     float best_v = -FLT_MAX;
     int best_i = 0x7fffffff;
@@ -74,25 +75,28 @@ void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int
     LAUNCH_CHECK();
 }
 
-// One block: every thread reads the position before thread 0 moves it on. Launched with PDL, so
-// that it starts while the LM head ends; it lets nothing after it start early (no
-// pdl_launch_dependents), and the next step begins with a plain launch (decode_embed) or a new
-// graph, so the position it writes is final before any kernel of the next step reads it before
-// its wait (decode_layers_sm90.cu, decode_attention.cu), as they do.
-__global__ void decode_advance_kernel(int *__restrict__ ring, int slots, int *__restrict__ pos,
-                                      const int *__restrict__ tokens, int B) {
+// One block. Launched with PDL, so that it starts while the LM head ends. Within a graph it
+// lets the next step start early: the next step's kernels read before their waits only their
+// cells, written before the graph, and the cache's rows that the steps before wrote, done by
+// then (layers.h). The graph's last step lets nothing after it start early (no
+// pdl_launch_dependents), so the cells it writes are final before any kernel after it reads
+// them before its wait, and (CUDA_GRAPHS=0) the next graph's first kernel starts only once it is
+// done.
+__global__ void decode_advance_kernel(int *__restrict__ ring, int slots, int *__restrict__ cells,
+                                      int ncells, int step, int last, const int *__restrict__ tokens,
+                                      int B) {
+    if (!last) pdl_launch_dependents();
     pdl_wait();
-    const int p = pos[0];
+    const int p = cells[step];
     int *slot = ring + (size_t)(p % slots) * B;
     for (int b = threadIdx.x; b < B; b += blockDim.x) slot[b] = tokens[b];
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        pos[0] = p + 1;
-        pos[1] = pos[1] + 1;
-    }
+    if (!last) return;
+    __syncthreads();   // every thread has read its cell before the cells change
+    for (int i = threadIdx.x; i < ncells; i += blockDim.x) cells[i] = p + 1 + i;
 }
 
-void decode_advance(int *ring, int slots, int *pos, const int *tokens, int B) {
-    launch_pdl(decode_advance_kernel, 1, 256, 0, ring, slots, pos, tokens, B);
+void decode_advance(int *ring, int slots, int *cells, int ncells, int step, int last,
+                    const int *tokens, int B) {
+    launch_pdl(decode_advance_kernel, 1, 256, 0, ring, slots, cells, ncells, step, last, tokens, B);
     LAUNCH_CHECK();
 }

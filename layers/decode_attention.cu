@@ -131,9 +131,9 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
     constexpr int kGroups = kSplitThreads / G;    // groups per block
     constexpr int kWarpGroups = 32 / G;           // groups per warp
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    // the position and the cache's rows before it were written before the step's first kernel
-    // (decode_embed, a plain launch) started: by the host, earlier steps, or the step before's
-    // decode_advance. They may be read before pdl_wait
+    // the position and the cache's rows before it may be read before pdl_wait: the step's cell
+    // was written before its graph began, and the rows by steps whose layers were done before the
+    // step began (the LM head before it lets nothing start early: layers.h)
     const int len = a.pos_dev ? *a.pos_dev + 1 : a.len_host;
     const int new_pos = a.new_k ? len - 1 : -1;   // the row that comes from qkv
     const int start = split * a.split_len;

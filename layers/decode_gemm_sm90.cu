@@ -460,7 +460,8 @@ __global__ void __launch_bounds__(kHeadThreads, 1)
         mbar_fence_init();
     }
     __syncthreads();   // the barriers are initialised
-    pdl_launch_dependents();
+    // the kernels after it start only after its wait (layers.h: the next decode step's read the
+    // cache before their waits)
 
     if (warp == 4) {
         // the producer: the CTA's boxes in order, box b of its k-th tile at step k * boxes + b;
@@ -476,8 +477,10 @@ __global__ void __launch_bounds__(kHeadThreads, 1)
             }
         __syncwarp();
         pdl_wait();
+        pdl_launch_dependents();
     } else {
         pdl_wait();
+        pdl_launch_dependents();
         if (threadIdx.x == 0) {
             mbar_arrive_expect_tx(&x_full, boxes * kXBoxBytes);
             for (int b = 0; b < boxes; b++) tma_load_4d(x_tile + b * kXBoxBytes, &x_map, &x_full, b * kBoxCols, 0, 0, 0);

@@ -275,8 +275,9 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     constexpr bool kLnEarly = KC <= 3;
     int4 lnw[KC], lnb[KC];
     load_ln_weights<KC, FULL>(lnw, lnb, a.lnw, a.lnb, C, lane);
-    // the position is read before the wait: the step before (decode_advance) or the host wrote
-    // it before the step's first kernel (decode_embed, a plain launch) started
+    // the position is read before the wait, and the cache's rows before it: the step's cell was
+    // written before its graph began, and the rows by steps whose layers were done before the
+    // step began (the LM head before it lets nothing start early: layers.h)
     const int len = *a.pos + 1, new_pos = len - 1;
     const int chunk = (len + kRanks - 1) / kRanks;
     const int start = rank * chunk, end = min(start + chunk, len);

@@ -16,9 +16,9 @@ void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const fl
     }
 }
 
-void decode_embed(floatX *out, const int *tokens, const int *pos, const floatX *wte,
+void decode_embed(floatX *out, const int *tokens, const int *cell, const floatX *wte,
                   const floatX *wpe, int B, int C) {
-    encoder_forward(out, tokens, wte, wpe + (size_t)pos[0] * C, B, 1, C);
+    encoder_forward(out, tokens, wte, wpe + (size_t)cell[0] * C, B, 1, C);
 }
 
 size_t encoder_backward_scratch_size(int B, int T) { return 0; }

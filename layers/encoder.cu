@@ -10,14 +10,16 @@
 #include <cub/device/device_radix_sort.cuh>
 
 // out[n, :] = wte[tokens[n], :] + wpe[t, :], t = n % T, or pos[0] where pos is given (the
-// decode step's position, in device memory); one thread per VEC channels of one row. It lets the
-// kernel after it start at once (PDL: the decode step's first layer kernel loads its weights
-// meanwhile); its own launch is plain (encoder_launch), so it has no wait of its own.
+// decode step's position cell, in device memory); one thread per VEC channels of one row. It
+// lets the kernel after it start at once (PDL: the decode step's first layer kernel loads its
+// weights meanwhile), and reads the tokens after its wait: in a graph of several greedy steps
+// the LM head before it chose them.
 template <int VEC>
 __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__restrict__ tokens,
                                        const bf16 *__restrict__ wte, const bf16 *__restrict__ wpe,
                                        const int *__restrict__ pos, int N, int T, int C) {
     pdl_launch_dependents();
+    pdl_wait();
     const int nvec = C / VEC;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * nvec) return;
@@ -31,25 +33,25 @@ __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__rest
     store_bf16<VEC>(out + (size_t)n * C + c, y);
 }
 
-// the training pass's (pos NULL) and the decode step's. Launched plainly, so that it starts
-// only once everything before it is done and visible: the decode step's kernels after it read
-// the position before their waits, which the step before (decode_advance) wrote
+// the training pass's (pos NULL: a plain launch) and the decode step's (with PDL: the step's
+// first kernel, after the step before's decode_advance or the host's uploads)
+template <bool PDL>
 static void encoder_launch(floatX *out, const int *tokens, const floatX *wte, const floatX *wpe,
                            const int *pos, int N, int T, int C) {
     const bool vec = C % 8 == 0 && is_aligned16(out) && is_aligned16(wte) && is_aligned16(wpe);
-    launch_elementwise<8>(encoder_forward_kernel<8>, encoder_forward_kernel<1>, vec, (size_t)N * C,
-                          BF(out), tokens, CBF(wte), CBF(wpe), pos, N, T, C);
+    launch_elementwise<8, PDL>(encoder_forward_kernel<8>, encoder_forward_kernel<1>, vec, (size_t)N * C,
+                               BF(out), tokens, CBF(wte), CBF(wpe), pos, N, T, C);
     LAUNCH_CHECK();
 }
 
 void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const floatX *wpe,
                      int B, int T, int C) {
-    encoder_launch(out, tokens, wte, wpe, NULL, B * T, T, C);
+    encoder_launch<false>(out, tokens, wte, wpe, NULL, B * T, T, C);
 }
 
-void decode_embed(floatX *out, const int *tokens, const int *pos, const floatX *wte,
+void decode_embed(floatX *out, const int *tokens, const int *cell, const floatX *wte,
                   const floatX *wpe, int B, int C) {
-    encoder_launch(out, tokens, wte, wpe, pos, B, 1, C);
+    encoder_launch<true>(out, tokens, wte, wpe, cell, B, 1, C);
 }
 
 // ----------------------------------------------------------------------------------------

@@ -299,8 +299,11 @@ __global__ void __launch_bounds__(kThreads, R == 8 ? kLogitsBlocksPerSM : 1) gem
             lnb[j] = *reinterpret_cast<const int4 *>(a.lnb + c * 8);
         }
     }
-    pdl_launch_dependents();
+    // the LM head lets the kernels after it start only after its wait (layers.h: the next decode
+    // step's read the cache before their waits); the others at once
+    if (a.epilogue != kLogits) pdl_launch_dependents();
     pdl_wait();
+    if (a.epilogue == kLogits) pdl_launch_dependents();
     TRACE_STAMP(1);
 
     // ---- the input rows into shared memory (through L2: the kernel before just wrote them): a
@@ -543,8 +546,9 @@ __global__ void __launch_bounds__(KC == 3 ? 128 : 256, KC == 3 ? 3 : 1) gemv_tc_
     float bias = writes && a.bias && row0 + orow < OC ? __bfloat162float(a.bias[row0 + orow]) : 0.0f;
     int4 lnw[KC], lnb[KC];
     load_ln_weights<KC, IN>(lnw, lnb, a, nchunks, lane);
-    pdl_launch_dependents();
+    if (a.epilogue != kLogits) pdl_launch_dependents();   // (the LM head after its wait, as gemv_kernel)
     pdl_wait();
+    if (a.epilogue == kLogits) pdl_launch_dependents();
 
     stage_rows<6>(xs, a, N, nchunks);
     __syncthreads();

@@ -161,8 +161,8 @@ void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX 
 // graph (runtime/graph.h).
 //
 // The decode step's attention: the new token's key and value, read from qkv (B, 3, NH, HS), go
-// into the cache at position pos (one int32 in device memory), and its query attends to
-// positions 0..pos (its own included, as causality wants). out (B, NH, HS); kcache, vcache
+// into the cache at position pos (one int32 in device memory, the step's cell: below), and its
+// query attends to positions 0..pos (its own included, as causality wants). out (B, NH, HS); kcache, vcache
 // (B, NH, maxT, HS). The work is laid out for maxT positions; the parts past pos return at once.
 // scratch: attention_decode_scratch_size(B, maxT, NH, HS) bytes, as for attention_decode.
 void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
@@ -243,22 +243,31 @@ void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *
 int decode_step_parts(int B, int C);
 // The tied LM head and greedy decoding's choice: logits (N, Vp) = layernorm(inp) @ wte^T,
 // argmax (N) as logits_argmax gives it over the first V columns of the rounded logits.
-// inp (N, C), lnw, lnb (C), wte (Vp, C)
+// inp (N, C), lnw, lnb (C), wte (Vp, C). On CUDA its last kernel lets the kernels after it start
+// only after its wait (the decode step's end, below).
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,
                      const floatX *lnw, const floatX *lnb, const floatX *wte, int N, int C, int V,
                      int Vp);
 // out[b] = the index of the largest of the first V entries of row b of logits (rows
 // row_stride elements apart), the smallest index among equals. out (B) int32 device array.
 void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int V);
-// The decode step's two ends, so that a greedy step needs nothing from the host and its CUDA
-// graph holds all of it. decode_embed, its first call: out[b, :] = wte[tokens[b], :] +
-// wpe[pos[0], :], the position read from device memory; out (B, C), tokens (B) int32.
-// decode_advance, its last: the step's tokens (B) go into slot pos[0] % slots of ring (host
-// memory the device writes, dev_host_alloc: `slots` slots of B int32), then the position moves
-// on, pos[0] and pos[1] (the length) each + 1, for the next step.
-void decode_embed(floatX *out, const int *tokens, const int *pos, const floatX *wte,
+// The decode step's two ends, so that a greedy step needs nothing from the host and one CUDA
+// graph holds several steps. A step's position is an int32 in device memory of its own, its
+// cell, written before the step's graph starts: its kernels read it before their waits, and the
+// cache's rows before it, which earlier steps wrote. That holds inside a graph because the LM
+// head (lm_head_forward) lets nothing after it start before its own wait, by which every layer
+// of its step is done: the next step's kernels start after that.
+// decode_embed, a step's first call: out[b, :] = wte[tokens[b], :] + wpe[cell[0], :]; out
+// (B, C), tokens (B) int32, read after its wait.
+// decode_advance, its last: the step's tokens (B) go into slot cells[step] % slots of ring (host
+// memory the device writes, dev_host_alloc: `slots` slots of B int32). The graph's last step
+// (`last`) then writes the next graph's ncells cells, step i's p + 1 + i where p is its own
+// position, and lets nothing after it start early, so that all after it (the next graph, the
+// host's uploads) see them; the others let the next step start early.
+void decode_embed(floatX *out, const int *tokens, const int *cell, const floatX *wte,
                   const floatX *wpe, int B, int C);
-void decode_advance(int *ring, int slots, int *pos, const int *tokens, int B);
+void decode_advance(int *ring, int slots, int *cells, int ncells, int step, int last,
+                    const int *tokens, int B);
 
 // ----------------------------------------------------------------------------------------
 // optimizer

@@ -47,19 +47,20 @@ static void reference_decode(float *out, const float *q, const float *kc, const 
     free(scores);
 }
 
-// Greedy decoding from one prompt (tokens (1, T0), every sequence of the cache), steps steps
-// three ways: gpt2_decode_step_greedy, the host reading each step's tokens while the next step
-// runs (gpt2_decode_chosen, as infer_gpt2 does) and its logits after; the same with
-// DECODE_TOKEN_SLOTS - 1 steps queued ahead of each read and nothing else read; then
-// gpt2_decode_step fed the argmax read back at once. Returns the first step whose tokens or
-// logits (as floats, bit for bit) differ, or -1; *tokens_out (B * steps) the first run's tokens,
-// for the caller's own checks.
+// Greedy decoding from one prompt (tokens (1, T0), every sequence of the cache), steps tokens
+// (the prefill's, then steps - 1 decode steps) three ways: gpt2_decode_greedy one step a graph,
+// the host reading each step's tokens while the next step runs (gpt2_decode_chosen, as
+// infer_gpt2 does) and its logits after; gpt2_decode_greedy as far ahead as the ring keeps
+// (graphs of DECODE_GRAPH_STEPS steps where that many remain), nothing else read in between,
+// and the last step's logits after; then gpt2_decode_step fed the argmax read back at once.
+// Returns the first step whose tokens or logits (as floats, bit for bit) differ, or -1;
+// *tokens_out (B * steps) the first run's tokens, for the caller's own checks.
 static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt, int T0,
                                      int steps, int *tokens_out) {
     int B = cache->B, Vp = cache->Vp;
-    size_t token_bytes = (size_t)B * sizeof(int);
+    size_t token_bytes = (size_t)B * sizeof(int), logit_bytes = (size_t)B * Vp * sizeof(float);
     float *logits = malloc((size_t)steps * B * Vp * sizeof(float));
-    float *row = malloc((size_t)B * Vp * sizeof(float));
+    float *row = malloc(logit_bytes);
     int *host_fed = malloc(token_bytes);
     if (!logits || !row || !host_fed) {
         fprintf(stderr, "greedy_on_device_mismatch: out of memory\n");
@@ -67,23 +68,24 @@ static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt,
     }
     gpt2_prefill(m, cache, prompt, 1, T0);
     for (int i = 0; i < steps; i++) {
-        // step i + 1 queued before step i's tokens are read; its logits after
-        if (i + 1 < steps) gpt2_decode_step_greedy(m, cache);
+        // step i + 1 queued (alone in its graph) before step i's tokens are read; its logits after
+        if (i + 1 < steps) gpt2_decode_greedy(m, cache, T0 - 1 + i, T0 + i);
         gpt2_decode_chosen(cache, T0 - 1 + i, tokens_out + (size_t)i * B);
         if (i + 1 < steps) gpt2_decode_logits(cache, logits + (size_t)(i + 1) * B * Vp);
     }
-    // again with as many steps queued ahead of the host's reads as the ring keeps, nothing else
-    // read in between: the same tokens
+    // again with as many steps queued ahead of the host's reads as the ring keeps, in graphs of
+    // several steps: the same tokens, and the same logits at the end
     gpt2_prefill(m, cache, prompt, 1, T0);
-    int queued = 0, ahead_first = -1;   // greedy steps queued after the prefill
+    int ahead_first = -1;
     for (int i = 0; i < steps; i++) {
-        while (queued < steps - 1 && queued < i + DECODE_TOKEN_SLOTS - 1) {
-            gpt2_decode_step_greedy(m, cache);
-            queued++;
-        }
+        gpt2_decode_greedy(m, cache, T0 - 1 + i, T0 - 2 + steps);
         gpt2_decode_chosen(cache, T0 - 1 + i, host_fed);
         if (ahead_first < 0 && memcmp(host_fed, tokens_out + (size_t)i * B, token_bytes) != 0)
             ahead_first = i;
+    }
+    if (ahead_first < 0 && steps > 1) {
+        gpt2_decode_logits(cache, row);
+        if (memcmp(row, logits + (size_t)(steps - 1) * B * Vp, logit_bytes) != 0) ahead_first = steps - 1;
     }
     int first = -1;
     gpt2_prefill(m, cache, prompt, 1, T0);
@@ -93,7 +95,7 @@ static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt,
         if (memcmp(host_fed, tokens_out + (size_t)i * B, token_bytes) != 0) first = i;
         if (i > 0) {
             gpt2_decode_logits(cache, row);
-            if (memcmp(row, logits + (size_t)i * B * Vp, (size_t)B * Vp * sizeof(float)) != 0) first = i;
+            if (memcmp(row, logits + (size_t)i * B * Vp, logit_bytes) != 0) first = i;
         }
     }
     free(logits);

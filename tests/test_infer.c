@@ -300,6 +300,29 @@ static void test_cached_decoding(unsigned long long *rng) {
     CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
           WEXITSTATUS(status) == 1, "gpt2_decode_chosen of a position no longer kept exits(1)");
     kv_cache_free(&cache);
+
+    // at batch 1 the greedy steps run DECODE_GRAPH_STEPS a graph (gpt2_decode_greedy): the same
+    // tokens and logits again, over a graph of them and the single steps after it
+    KVCache one;
+    kv_cache_init(&one, &m, 1, maxT);
+    at = greedy_on_device_mismatch(&m, &one, seq[1], T0, maxT - T0 + 1, greedy);
+    CHECK(at < 0, "batch 1: greedy decoding in graphs of %d steps equals greedy through the host, "
+          "%d steps (first difference at step %d)", DECODE_GRAPH_STEPS, maxT - T0 + 1, at);
+    // gpt2_decode_greedy's arguments: a position past the cache, or reading ahead of it
+    fflush(stdout);
+    const int bad[2][2] = {{T0, maxT}, {maxT + 1, maxT - 1}};   // (reading, until)
+    for (int k = 0; k < 2; k++) {
+        pid = fork();
+        if (pid == 0) {
+            if (!freopen("/dev/null", "w", stderr)) _exit(2);
+            gpt2_decode_greedy(&m, &one, bad[k][0], bad[k][1]);
+            _exit(0);
+        }
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 1, "gpt2_decode_greedy reading from %d up to %d (a cache of "
+              "%d) exits(1)", bad[k][0], bad[k][1], maxT);
+    }
+    kv_cache_free(&one);
     gpt2_free(&m);
 }
 

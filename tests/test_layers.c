@@ -149,15 +149,20 @@ static void test_device(void) {
     CHECK(all_zero, "dev_memset_zero zeroes");
     // host memory the device writes, and events (on the CPU both immediate)
     int *ring = dev_host_alloc(3 * 2 * sizeof(int), "test ring");
-    int toks[4] = {11, 22, 5, 6};   // tokens (2), position, length
+    int toks[4] = {11, 22, 5, 6};   // tokens (2), then two steps' position cells
     DevEvent *e = dev_event_new();
     dev_event_wait(e);   // never recorded: returns
-    decode_advance(ring, 3, toks + 2, toks, 2);
+    decode_advance(ring, 3, toks + 2, 2, 0, 0, toks, 2);   // step 0 of 2: slot 5 % 3
+    toks[0] = 33;
+    toks[1] = 44;
+    decode_advance(ring, 3, toks + 2, 2, 1, 1, toks, 2);   // step 1, the last: slot 6 % 3, the next cells
     dev_event_record(e);
     dev_event_wait(e);
-    CHECK(ring[4] == 11 && ring[5] == 22 && toks[2] == 6 && toks[3] == 7,
-          "decode_advance: slot 2 holds %d %d (want 11 22), position %d length %d (want 6 7)",
-          ring[4], ring[5], toks[2], toks[3]);
+    CHECK(ring[4] == 11 && ring[5] == 22 && ring[0] == 33 && ring[1] == 44,
+          "decode_advance: slot 2 holds %d %d (want 11 22), slot 0 %d %d (want 33 44)", ring[4],
+          ring[5], ring[0], ring[1]);
+    CHECK(toks[2] == 7 && toks[3] == 8, "decode_advance at a graph's last step: the next cells %d "
+          "%d, want 7 8", toks[2], toks[3]);
     dev_event_free(e);
     dev_event_free(NULL);
     dev_host_free(ring);

@@ -47,7 +47,8 @@ static void poison(floatX *d, size_t n) {   // bf16 0xFFFF is a NaN
     free(p);
 }
 
-// --sanitize: a few shapes and row counts, no LM head, for compute-sanitizer's slow tools
+// --sanitize: a few shapes and row counts, and greedy decoding at batch 1 and 8, for
+// compute-sanitizer's slow tools
 static int sanitize_mode = 0;
 
 static void test_attention_decode(unsigned long long *rng) {
@@ -561,33 +562,37 @@ static void test_cached_decoding(unsigned long long *rng) {
                     .num_layers = 4, .num_heads = 4, .channels = 256};
     GPT2 m;
     gpt2_init_random(&m, c, 3);
-    check_cached_decoding(&m, 3, 37, 60, rng);    // B=3: the fused kernels at NR = 4
-    check_cached_decoding(&m, 1, 1, 50, rng);     // batch 1 from position 1
-    check_cached_decoding(&m, 4, 200, 57, rng);   // B=4 up to the model's last position, 255
-    check_cached_decoding(&m, 9, 20, 12, rng);    // B=9: above FUSED_MAX_ROWS, the wgmma kernel
-    check_cached_decoding(&m, 16, 20, 6, rng);    // B=16: its last row count
-    check_cached_decoding(&m, 64, 20, 6, rng);    // B=64: bench_infer's batch
-    // on Hopper (decode_step_parts) the layers as parts of the batch at once, all but the first
-    // on branches: B=64 two of 32 rows, B=33 three of 11 (11 + 11 + 11), B=128 four of 32, and
-    // B=200 four of 50 (where one batch would take cuBLASLt's GEMMs, and the parts the
-    // layernorm kernel before their matmuls)
-    check_cached_decoding(&m, 33, 20, 6, rng);
-    check_cached_decoding(&m, 128, 20, 4, rng);
-    check_cached_decoding(&m, 200, 20, 3, rng);
-    // greedy with the tokens kept on the device (the step replayed as a CUDA graph, the host
-    // reading each step's argmax one step late, or up to three): the same bits as through the
-    // host; and again with the kernels launched one by one (CUDA_GRAPHS=0: the PDL chain then runs
-    // from one step into the next)
+    if (!sanitize_mode) {   // (--sanitize: the greedy graphs below alone, at B = 1 and 8)
+        check_cached_decoding(&m, 3, 37, 60, rng);    // B=3: the fused kernels at NR = 4
+        check_cached_decoding(&m, 1, 1, 50, rng);     // batch 1 from position 1
+        check_cached_decoding(&m, 4, 200, 57, rng);   // B=4 up to the model's last position, 255
+        check_cached_decoding(&m, 9, 20, 12, rng);    // B=9: above FUSED_MAX_ROWS, the wgmma kernel
+        check_cached_decoding(&m, 16, 20, 6, rng);    // B=16: its last row count
+        check_cached_decoding(&m, 64, 20, 6, rng);    // B=64: bench_infer's batch
+        // on Hopper (decode_step_parts) the layers as parts of the batch at once, all but the first
+        // on branches: B=64 two of 32 rows, B=33 three of 11 (11 + 11 + 11), B=128 four of 32, and
+        // B=200 four of 50 (where one batch would take cuBLASLt's GEMMs, and the parts the
+        // layernorm kernel before their matmuls)
+        check_cached_decoding(&m, 33, 20, 6, rng);
+        check_cached_decoding(&m, 128, 20, 4, rng);
+        check_cached_decoding(&m, 200, 20, 3, rng);
+    }
+    // greedy with the tokens kept on the device (a step a CUDA graph, the host reading each
+    // step's argmax one step late; then graphs of DECODE_GRAPH_STEPS steps, as far ahead as the
+    // ring keeps): the same bits as through the host; and again with the kernels launched one by
+    // one (CUDA_GRAPHS=0: the PDL chain then runs from one graph's steps into the next's)
     for (int graphs = 1; graphs >= 0; graphs--) {
+        if (sanitize_mode && !graphs) break;
         setenv("CUDA_GRAPHS", graphs ? "1" : "0", 1);
-        for (int B = 1; B <= 64; B *= 8) {
-            int prompt[16], *tokens = malloc((size_t)B * 40 * sizeof(int));
+        for (int B = 1; B <= (sanitize_mode ? 8 : 64); B *= 8) {
+            int steps = sanitize_mode ? 20 : 40;   // 40: four graphs of 8 steps, then 7 of one
+            int prompt[16], *tokens = malloc((size_t)B * steps * sizeof(int));
             random_tokens(prompt, 16, c.vocab_size, rng);
             KVCache cache;
-            kv_cache_init(&cache, &m, B, 16 + 40 - 1);
-            int at = greedy_on_device_mismatch(&m, &cache, prompt, 16, 40, tokens);
-            CHECK(at < 0, "greedy on the device equals greedy through the host, B=%d, 40 steps, "
-                  "CUDA_GRAPHS=%d (first difference at step %d)", B, graphs, at);
+            kv_cache_init(&cache, &m, B, 16 + steps - 1);
+            int at = greedy_on_device_mismatch(&m, &cache, prompt, 16, steps, tokens);
+            CHECK(at < 0, "greedy on the device equals greedy through the host, B=%d, %d steps, "
+                  "CUDA_GRAPHS=%d (first difference at step %d)", B, steps, graphs, at);
             kv_cache_free(&cache);
             free(tokens);
         }
@@ -660,7 +665,7 @@ int main(int argc, char **argv) {
     test_kv_cache_store(&rng);
     test_argmax(&rng);
     test_fused_calls(&rng);
-    if (!sanitize_mode) test_cached_decoding(&rng);
+    test_cached_decoding(&rng);
     if (!sanitize_mode) test_decode_parts_flag();
     return test_summary();
 }

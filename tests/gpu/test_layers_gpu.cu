@@ -187,23 +187,24 @@ static void test_device(void) {
     expect_identical("dev_memset_zero", zeros, want_zeros, n);
 
     // host memory the device writes (decode_advance's ring of greedy tokens), read once the
-    // event recorded after the kernels has been waited for; the position moved on each time
+    // event recorded after the kernels has been waited for: a graph's two steps, the first
+    // letting the second start early, the last writing the next graph's cells
     int *ring = (int *)dev_host_alloc(4 * 3 * sizeof(int), "test ring");
     memset(ring, 0, 4 * 3 * sizeof(int));
     int *dtok = (int *)dev_malloc(5 * sizeof(int), "test tokens");
-    int toks[5] = {7, 8, 9, 6, 7};   // 3 tokens, the position 6, the length 7
+    int toks[5] = {7, 8, 9, 6, 7};   // 3 tokens, then two steps' position cells
     dev_upload(dtok, toks, sizeof(toks));
     DevEvent *done = dev_event_new();
-    decode_advance(ring, 4, dtok + 3, dtok, 3);   // slot 6 % 4 = 2
-    decode_advance(ring, 4, dtok + 3, dtok, 3);   // slot 3
+    decode_advance(ring, 4, dtok + 3, 2, 0, 0, dtok, 3);   // slot 6 % 4 = 2
+    decode_advance(ring, 4, dtok + 3, 2, 1, 1, dtok, 3);   // slot 3, then the cells
     dev_event_record(done);
     dev_event_wait(done);   // the ring read at once, nothing else waited for
     int want_ring[12] = {0, 0, 0, 0, 0, 0, 7, 8, 9, 7, 8, 9};
     CHECK(memcmp(ring, want_ring, sizeof(want_ring)) == 0, "decode_advance twice: slots 2 and 3 "
           "hold %d %d %d and %d %d %d (want 7 8 9)", ring[6], ring[7], ring[8], ring[9], ring[10], ring[11]);
     dev_download(toks, dtok, sizeof(toks));
-    CHECK(toks[3] == 8 && toks[4] == 9, "decode_advance twice: the position %d and length %d (want "
-          "8 and 9)", toks[3], toks[4]);
+    CHECK(toks[3] == 8 && toks[4] == 9, "decode_advance at a graph's last step: the next cells %d "
+          "%d, want 8 9", toks[3], toks[4]);
     dev_event_free(done);
     dev_free(dtok);
     dev_host_free(ring);
