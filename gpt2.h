@@ -266,7 +266,7 @@ typedef struct {
     DeviceGraph *graph[2];   // one decode step, and DECODE_GRAPH_STEPS of them, replayed (CUDA graphs)
     // greedy decoding's tokens as they reach the host (gpt2_decode_chosen): those chosen at
     // position p in slot p % DECODE_TOKEN_SLOTS of chosen (host memory the device writes), the
-    // slot's event recorded after the step that fills it, chosen_pos its position (-1: none)
+    // slot's event recorded after the graph that fills it, chosen_pos its position (-1: none)
     int *chosen;
     DevEvent *chosen_done[DECODE_TOKEN_SLOTS];
     int chosen_pos[DECODE_TOKEN_SLOTS];
@@ -286,17 +286,18 @@ void gpt2_prefill(GPT2 *model, KVCache *cache, const int *tokens, int Bp, int T)
 // in cache->tokens (and for gpt2_decode_chosen); len = pos + 1.
 void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos);
 // Greedy decoding: steps from position cache->len on, until position `until` is queued
-// (until < maxT) or the ring of chosen tokens has no room for more without dropping position
-// `reading` (the oldest the host has yet to read, as gpt2_decode_chosen keeps them): one graph
-// of DECODE_GRAPH_STEPS steps at a time where that many remain, else one step a graph. Each
+// (until < maxT) or the next graph would not fit the ring of chosen tokens without dropping
+// position `reading` (the oldest the host has yet to read, as gpt2_decode_chosen keeps them):
+// graphs of DECODE_GRAPH_STEPS steps at batch 1 while that many remain, else one step a graph
+// (reading <= cache->len; once the host has read `reading`, a later call queues more). Each
 // step's tokens are the argmax of the step or prefill before, which never leave the device, and
 // the device moves its own position on, so the host sends nothing; returns without waiting
 // for the device, so that the steps run while the host reads the tokens of those before. The
 // same bits as gpt2_decode_step with that argmax.
 void gpt2_decode_greedy(GPT2 *model, KVCache *cache, int reading, int until);
 // out (B): the argmax of the logits at position pos (the prefill's last, T - 1, or a step's),
-// greedy decoding's choice, as it reaches the host: waits for the step that chose it, not for
-// any queued after it. The device writes it into host memory, with no copy of its own. pos must
+// greedy decoding's choice, as it reaches the host: waits for the graph that chose it (the
+// last of its steps), not for any queued after it. The device writes it into host memory, with no copy of its own. pos must
 // be one of the last DECODE_TOKEN_SLOTS positions decoded; otherwise it dies saying so.
 void gpt2_decode_chosen(KVCache *cache, int pos, int *out);
 // Host copies of the current logits: out (B, Vp) fp32; or their argmax, out (B) (computed

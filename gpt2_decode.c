@@ -23,8 +23,8 @@
 //                (decode_step_parts), all but the first on branch streams.
 // Like gpt2.c, it calls only layers/ and never knows the backend. The decode step reads its
 // tokens and position from device memory, and the device moves the position on itself, so on
-// CUDA the whole step is one graph replayed at every step, and greedy steps need nothing from
-// the host: DECODE_GRAPH_STEPS of them one graph, each step's position in a cell of its own
+// CUDA a step (or several) is one graph replayed again and again, and greedy steps need nothing
+// from the host: DECODE_GRAPH_STEPS of them one graph, each step's position in a cell of its own
 // written before the graph starts, so that no kernel waits at a step's start for the step
 // before to end (decode_graph).
 #include "gpt2.h"
@@ -211,7 +211,7 @@ static void decode_graph_step(GPT2 *model, KVCache *d, int j, int last) {
     int B = d->B, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, P = d->parts;
     ParameterTensors p = model->params;
     int *cells = d->tokens + B, *pos = cells + j;
-    decode_embed(d->x, d->tokens, pos, p.wte, p.wpe, B, C);
+    decode_embed(d->x, d->tokens, pos, p.wte, p.wpe, B, C, j > 0);
     // the branches' parts first (each forked from the main stream as it is now), then part 0
     for (int i = P - 1; i >= 0; i--) {
         int r0 = i * B / P, r1 = (i + 1) * B / P;

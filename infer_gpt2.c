@@ -228,8 +228,8 @@ static void generate(Generator *g, const Options *o, const TokenList *prompt) {
             }
         }
     }
-    if (greedy && step < steps) dev_synchronize();   // the step queued after the last token read
-    double t_end = wall_seconds();
+    double t_end = wall_seconds();   // (before the steps queued past the last token read, below)
+    if (greedy && step < steps) dev_synchronize();
 
     for (int b = 0; b < B; b++) {
         if (B > 1) printf("--- sample %d\n", b);

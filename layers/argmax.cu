@@ -80,8 +80,7 @@ void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int
 // cells, written before the graph, and the cache's rows that the steps before wrote, done by
 // then (layers.h). The graph's last step lets nothing after it start early (no
 // pdl_launch_dependents), so the cells it writes are final before any kernel after it reads
-// them before its wait, and (CUDA_GRAPHS=0) the next graph's first kernel starts only once it is
-// done.
+// them before its wait (the next graph's first kernel is a plain launch, decode_embed: layers.h).
 __global__ void decode_advance_kernel(int *__restrict__ ring, int slots, int *__restrict__ cells,
                                       int ncells, int step, int last, const int *__restrict__ tokens,
                                       int B) {

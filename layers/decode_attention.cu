@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kerne
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     // the position and the cache's rows before it may be read before pdl_wait: the step's cell
     // was written before its graph began, and the rows by steps whose layers were done before the
-    // step began (the LM head before it lets nothing start early: layers.h)
+    // step began (the LM head before it lets nothing start before its own wait: layers.h)
     const int len = a.pos_dev ? *a.pos_dev + 1 : a.len_host;
     const int new_pos = a.new_k ? len - 1 : -1;   // the row that comes from qkv
     const int start = split * a.split_len;

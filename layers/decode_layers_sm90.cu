@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kThreads) qkv_attention_kernel(const Args a) {
     load_ln_weights<KC, FULL>(lnw, lnb, a.lnw, a.lnb, C, lane);
     // the position is read before the wait, and the cache's rows before it: the step's cell was
     // written before its graph began, and the rows by steps whose layers were done before the
-    // step began (the LM head before it lets nothing start early: layers.h)
+    // step began (the LM head before it lets nothing start before its own wait: layers.h)
     const int len = *a.pos + 1, new_pos = len - 1;
     const int chunk = (len + kRanks - 1) / kRanks;
     const int start = rank * chunk, end = min(start + chunk, len);

@@ -17,7 +17,7 @@ void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const fl
 }
 
 void decode_embed(floatX *out, const int *tokens, const int *cell, const floatX *wte,
-                  const floatX *wpe, int B, int C) {
+                  const floatX *wpe, int B, int C, int chained) {
     encoder_forward(out, tokens, wte, wpe + (size_t)cell[0] * C, B, 1, C);
 }
 

@@ -33,8 +33,8 @@ __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__rest
     store_bf16<VEC>(out + (size_t)n * C + c, y);
 }
 
-// the training pass's (pos NULL: a plain launch) and the decode step's (with PDL: the step's
-// first kernel, after the step before's decode_advance or the host's uploads)
+// the training pass's (pos NULL: a plain launch) and the decode step's (with PDL where it
+// follows the step before in the same graph: layers.h)
 template <bool PDL>
 static void encoder_launch(floatX *out, const int *tokens, const floatX *wte, const floatX *wpe,
                            const int *pos, int N, int T, int C) {
@@ -50,8 +50,9 @@ void encoder_forward(floatX *out, const int *tokens, const floatX *wte, const fl
 }
 
 void decode_embed(floatX *out, const int *tokens, const int *cell, const floatX *wte,
-                  const floatX *wpe, int B, int C) {
-    encoder_launch<true>(out, tokens, wte, wpe, cell, B, 1, C);
+                  const floatX *wpe, int B, int C, int chained) {
+    if (chained) encoder_launch<true>(out, tokens, wte, wpe, cell, B, 1, C);
+    else encoder_launch<false>(out, tokens, wte, wpe, cell, B, 1, C);
 }
 
 // ----------------------------------------------------------------------------------------

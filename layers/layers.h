@@ -258,14 +258,18 @@ void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int
 // head (lm_head_forward) lets nothing after it start before its own wait, by which every layer
 // of its step is done: the next step's kernels start after that.
 // decode_embed, a step's first call: out[b, :] = wte[tokens[b], :] + wpe[cell[0], :]; out
-// (B, C), tokens (B) int32, read after its wait.
+// (B, C), tokens (B) int32, read after its wait. `chained`: a later step of a graph, launched
+// with PDL after the step before; else (a graph's first step) a plain launch, which starts
+// only once everything before it is done, with CUDA graphs or without (CUDA_GRAPHS=0), so that
+// the cells the graph before wrote are visible to the kernels after it that read them before
+// their waits.
 // decode_advance, its last: the step's tokens (B) go into slot cells[step] % slots of ring (host
 // memory the device writes, dev_host_alloc: `slots` slots of B int32). The graph's last step
 // (`last`) then writes the next graph's ncells cells, step i's p + 1 + i where p is its own
 // position, and lets nothing after it start early, so that all after it (the next graph, the
 // host's uploads) see them; the others let the next step start early.
 void decode_embed(floatX *out, const int *tokens, const int *cell, const floatX *wte,
-                  const floatX *wpe, int B, int C);
+                  const floatX *wpe, int B, int C, int chained);
 void decode_advance(int *ring, int slots, int *cells, int ncells, int step, int last,
                     const int *tokens, int B);
 

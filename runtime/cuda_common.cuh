@@ -147,7 +147,9 @@ __device__ __forceinline__ unsigned atomic_add_acq_rel(unsigned *p, unsigned v) 
 // do what does not depend on that kernel first (issue the loads of its weights), then
 // pdl_wait() blocks until the kernel before has completed and its writes are visible. So
 // weight streaming overlaps the previous kernel's tail and the launch gap.
-// Rules every such kernel keeps:
+// Rules every such kernel keeps (the decode step's exceptions, and why they hold, are in
+// layers/layers.h: its kernels read their position and the KV cache before their waits, and the
+// LM head and a graph's last decode_advance let the kernels after them start only later):
 //  - nothing written by an earlier kernel is read before pdl_wait();
 //  - every block calls pdl_wait(), even a block with nothing to do, before it exits: then the
 //    grid completes only after the one before it, and the next kernel's wait covers all

@@ -48,13 +48,14 @@ static void reference_decode(float *out, const float *q, const float *kc, const 
 }
 
 // Greedy decoding from one prompt (tokens (1, T0), every sequence of the cache), steps tokens
-// (the prefill's, then steps - 1 decode steps) three ways: gpt2_decode_greedy one step a graph,
+// (the prefill's, then steps - 1 decode steps) four ways: gpt2_decode_greedy one step a graph,
 // the host reading each step's tokens while the next step runs (gpt2_decode_chosen, as
-// infer_gpt2 does) and its logits after; gpt2_decode_greedy as far ahead as the ring keeps
-// (graphs of DECODE_GRAPH_STEPS steps where that many remain), nothing else read in between,
-// and the last step's logits after; then gpt2_decode_step fed the argmax read back at once.
-// Returns the first step whose tokens or logits (as floats, bit for bit) differ, or -1;
-// *tokens_out (B * steps) the first run's tokens, for the caller's own checks.
+// infer_gpt2 does) and its logits after; gpt2_decode_greedy as far ahead as the ring keeps (at
+// batch 1 graphs of DECODE_GRAPH_STEPS steps where that many remain), nothing else read in
+// between, and the last step's logits after; gpt2_decode_step fed the argmax read back at once;
+// then the first steps so and greedy ones after them. Returns the first step whose tokens or
+// logits (as floats, bit for bit) differ, or -1; *tokens_out (B * steps) the first run's
+// tokens, for the caller's own checks.
 static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt, int T0,
                                      int steps, int *tokens_out) {
     int B = cache->B, Vp = cache->Vp;
@@ -98,10 +99,27 @@ static int greedy_on_device_mismatch(GPT2 *m, KVCache *cache, const int *prompt,
             if (memcmp(row, logits + (size_t)i * B * Vp, logit_bytes) != 0) first = i;
         }
     }
+    // host-fed steps, then greedy ones from where they left the cache (the device's position
+    // cells set by the host's last step): the same tokens
+    int mixed_first = -1, fed = steps < 4 ? steps : 4;
+    gpt2_prefill(m, cache, prompt, 1, T0);
+    for (int i = 0; i < steps && mixed_first < 0; i++) {
+        if (i > 0 && i < fed) gpt2_decode_step(m, cache, host_fed, T0 + i - 1);
+        if (i >= fed - 1) {
+            gpt2_decode_greedy(m, cache, T0 - 1 + i, T0 - 2 + steps);
+            gpt2_decode_chosen(cache, T0 - 1 + i, host_fed);
+        } else {
+            gpt2_decode_argmax(cache, host_fed);
+        }
+        if (memcmp(host_fed, tokens_out + (size_t)i * B, token_bytes) != 0) mixed_first = i;
+    }
     free(logits);
     free(row);
     free(host_fed);
-    return ahead_first >= 0 && (first < 0 || ahead_first < first) ? ahead_first : first;
+    int worst = first;
+    if (ahead_first >= 0 && (worst < 0 || ahead_first < worst)) worst = ahead_first;
+    if (mixed_first >= 0 && (worst < 0 || mixed_first < worst)) worst = mixed_first;
+    return worst;
 }
 
 #endif

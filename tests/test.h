@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int test_passed_count = 0;
 static int test_failed_count = 0;
@@ -25,6 +27,23 @@ static int test_skipped_count = 0;
             printf("\n");                                                    \
         }                                                                    \
     } while (0)
+
+// fn(arg) run in a child process, its stderr thrown away: the child's exit status, 128 + the
+// signal that ended it, or -1 where it could not be run. For checking that an error ends the
+// program with exit(1) (die()) while the test process goes on as it was.
+static inline int test_exit_status(void (*fn)(void *), void *arg) {
+    fflush(stdout);   // or the child's exit prints this process's buffered output again
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(2);
+        fn(arg);
+        _exit(0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+}
 
 // Relative error ||a - b|| / ||b|| of two float arrays (L2 norms), in double precision.
 // NaN or Inf anywhere yields INFINITY, so it never passes a tolerance check.

@@ -211,6 +211,22 @@ static void cached_logits(const KVCache *cache, float *out) {
     free(all);
 }
 
+// gpt2_decode_chosen or gpt2_decode_greedy called with these arguments (test_exit_status's fn)
+typedef struct {
+    GPT2 *m;
+    KVCache *cache;
+    int reading, until;   // gpt2_decode_chosen's position: reading
+} DecodeCall;
+static void decode_chosen_of(void *p) {
+    DecodeCall *a = p;
+    int out[4096];
+    gpt2_decode_chosen(a->cache, a->reading, out);
+}
+static void decode_greedy_of(void *p) {
+    DecodeCall *a = p;
+    gpt2_decode_greedy(a->m, a->cache, a->reading, a->until);
+}
+
 static void test_cached_decoding(unsigned long long *rng) {
     GPT2 m;
     gpt2_init_random(&m, tiny_config(24), 11);
@@ -289,39 +305,27 @@ static void test_cached_decoding(unsigned long long *rng) {
     gpt2_decode_argmax(&cache, am);
     CHECK(last[0] == am[0] && last[1] == am[1], "gpt2_decode_chosen of the last step: %d %d, its "
           "argmax %d %d", last[0], last[1], am[0], am[1]);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stderr)) _exit(2);
-        gpt2_decode_chosen(&cache, maxT - 1 - DECODE_TOKEN_SLOTS, last);
-        _exit(0);
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-          WEXITSTATUS(status) == 1, "gpt2_decode_chosen of a position no longer kept exits(1)");
+    DecodeCall gone = {&m, &cache, maxT - 1 - DECODE_TOKEN_SLOTS, 0};
+    CHECK(test_exit_status(decode_chosen_of, &gone) == 1,
+          "gpt2_decode_chosen of a position no longer kept exits(1)");
     kv_cache_free(&cache);
 
     // at batch 1 the greedy steps run DECODE_GRAPH_STEPS a graph (gpt2_decode_greedy): the same
-    // tokens and logits again, over a graph of them and the single steps after it
+    // tokens and logits again, over one graph (the last logits at its end), and over a graph and
+    // the single steps after it
     KVCache one;
     kv_cache_init(&one, &m, 1, maxT);
-    at = greedy_on_device_mismatch(&m, &one, seq[1], T0, maxT - T0 + 1, greedy);
-    CHECK(at < 0, "batch 1: greedy decoding in graphs of %d steps equals greedy through the host, "
-          "%d steps (first difference at step %d)", DECODE_GRAPH_STEPS, maxT - T0 + 1, at);
-    // gpt2_decode_greedy's arguments: a position past the cache, or reading ahead of it
-    fflush(stdout);
-    const int bad[2][2] = {{T0, maxT}, {maxT + 1, maxT - 1}};   // (reading, until)
+    const int tries[2] = {DECODE_GRAPH_STEPS + 1, maxT - T0 + 1};
     for (int k = 0; k < 2; k++) {
-        pid = fork();
-        if (pid == 0) {
-            if (!freopen("/dev/null", "w", stderr)) _exit(2);
-            gpt2_decode_greedy(&m, &one, bad[k][0], bad[k][1]);
-            _exit(0);
-        }
-        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-              WEXITSTATUS(status) == 1, "gpt2_decode_greedy reading from %d up to %d (a cache of "
-              "%d) exits(1)", bad[k][0], bad[k][1], maxT);
+        at = greedy_on_device_mismatch(&m, &one, seq[1], T0, tries[k], greedy);
+        CHECK(at < 0, "batch 1: greedy decoding in graphs of %d steps equals greedy through the "
+              "host, %d tokens (first difference at step %d)", DECODE_GRAPH_STEPS, tries[k], at);
     }
+    // gpt2_decode_greedy's arguments: a position past the cache, or reading ahead of it
+    DecodeCall bad[2] = {{&m, &one, T0, maxT}, {&m, &one, maxT + 1, maxT - 1}};
+    for (int k = 0; k < 2; k++)
+        CHECK(test_exit_status(decode_greedy_of, &bad[k]) == 1, "gpt2_decode_greedy reading from %d "
+              "up to %d (a cache of %d) exits(1)", bad[k].reading, bad[k].until, maxT);
     kv_cache_free(&one);
     gpt2_free(&m);
 }

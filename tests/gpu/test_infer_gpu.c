@@ -7,8 +7,9 @@
 // the cluster kernel of layernorm, QKV and attention), the cache writes, the argmax and the fused
 // calls at a few shapes and row counts only (1, 4, 9, 16, 17, 64 rows:
 // gemv_kernel, gemv_tc_kernel, the wgmma kernel's three tile heights; the LM head at 1, 4, 17
-// and 40), small enough for compute-sanitizer's racecheck and synccheck. Also infer_gpt2 (beside
-// this program's folder) with DECODE_PARTS out of range: a message and exit 1.
+// and 40), and greedy decoding at batch 1 (graphs of 8 steps) and 8, small enough for
+// compute-sanitizer's racecheck and synccheck. Also infer_gpt2 (beside this program's folder)
+// with DECODE_PARTS out of range: a message and exit 1.
 //
 // Tolerances: attention_decode relative 1e-2 (its output is rounded to bf16, 2^-9 relative,
 // and the probabilities are fp32); cached against recomputed logits relative 2e-2 (the two
@@ -205,7 +206,7 @@ static void test_attention_decode(unsigned long long *rng) {
             // projection and the residual, layernorm, the FC and GELU, the FC projection and the
             // residual; the caches as it left them but for the new position, whose k and v are the
             // plain matmuls' within their rounding
-            decode_embed(dxref, dtok, dlen, dwte, dwpe, B, C);
+            decode_embed(dxref, dtok, dlen, dwte, dwpe, B, C, 0);
             floatX_download(xref, dxref, B * C);
             for (int b = 0; b < B; b++)
                 for (int c = 0; c < C; c++)
@@ -241,7 +242,7 @@ static void test_attention_decode(unsigned long long *rng) {
             poison(datt, B * C);
             poison(dqkv, (size_t)B * 3 * C);
             poison(dfch2, (size_t)B * 4 * C);
-            decode_embed(dx2, dtok, dlen, dwte, dwpe, B, C);
+            decode_embed(dx2, dtok, dlen, dwte, dwpe, B, C, 1);   // (chained: after a kernel with PDL)
             decode_layers_step(dx2, dqkv, datt, dfch2, dscratch, dfused, xstats, layers2, 2, dk3, dv3, cache,
                                dlen, B, maxT, NH, HS);
             floatX_download(got, datt, B * C);
@@ -578,14 +579,15 @@ static void test_cached_decoding(unsigned long long *rng) {
         check_cached_decoding(&m, 200, 20, 3, rng);
     }
     // greedy with the tokens kept on the device (a step a CUDA graph, the host reading each
-    // step's argmax one step late; then graphs of DECODE_GRAPH_STEPS steps, as far ahead as the
-    // ring keeps): the same bits as through the host; and again with the kernels launched one by
-    // one (CUDA_GRAPHS=0: the PDL chain then runs from one graph's steps into the next's)
+    // step's argmax one step late; then as far ahead as the ring keeps, at batch 1 in graphs of
+    // DECODE_GRAPH_STEPS steps; then host-fed steps and greedy ones after them): the same bits
+    // as through the host; and again with the kernels launched one by one (CUDA_GRAPHS=0: the
+    // PDL chain then runs from one graph's steps into the next's)
     for (int graphs = 1; graphs >= 0; graphs--) {
         if (sanitize_mode && !graphs) break;
         setenv("CUDA_GRAPHS", graphs ? "1" : "0", 1);
         for (int B = 1; B <= (sanitize_mode ? 8 : 64); B *= 8) {
-            int steps = sanitize_mode ? 20 : 40;   // 40: four graphs of 8 steps, then 7 of one
+            int steps = 33;   // the prefill's token and 32 steps: at batch 1 four graphs of 8 (replayed)
             int prompt[16], *tokens = malloc((size_t)B * steps * sizeof(int));
             random_tokens(prompt, 16, c.vocab_size, rng);
             KVCache cache;
