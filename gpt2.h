@@ -297,8 +297,9 @@ void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos);
 void gpt2_decode_greedy(GPT2 *model, KVCache *cache, int reading, int until);
 // out (B): the argmax of the logits at position pos (the prefill's last, T - 1, or a step's),
 // greedy decoding's choice, as it reaches the host: waits for the graph that chose it (the
-// last of its steps), not for any queued after it. The device writes it into host memory, with no copy of its own. pos must
-// be one of the last DECODE_TOKEN_SLOTS positions decoded; otherwise it dies saying so.
+// last of its steps), not for any queued after it. The device writes it into host memory, with
+// no copy of its own. pos must be one of the last DECODE_TOKEN_SLOTS positions decoded;
+// otherwise it dies saying so.
 void gpt2_decode_chosen(KVCache *cache, int pos, int *out);
 // Host copies of the current logits: out (B, Vp) fp32; or their argmax, out (B) (computed
 // with the logits: only B ints come back). Both wait for every step queued.

@@ -274,12 +274,6 @@ void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
     decode_steps(model, cache, pos, 1);
 }
 
-// Greedy decoding with the tokens kept on the device: each step's tokens are the argmax of the
-// step (or prefill) before, where the LM head left them, and its position is in the cell that
-// the graph before's last decode_advance wrote (from cache->len on, the host's count, by
-// construction). Nothing here waits for the device or sends it anything, so the host can queue
-// the next graph before it has read this one's tokens (gpt2_decode_chosen), and the GPU goes
-// from step to step with nothing from the host between them.
 // The steps a greedy graph holds where that many remain: DECODE_GRAPH_STEPS at batch 1 (1.02x
 // tokens/s, 1.05x after 1,000 tokens), one above (with 8, batch 2-16 measured 0.1-1% slower and
 // 64 level; docs/PERF.md, twenty-ninth session, calls 8 and 10)
@@ -287,6 +281,12 @@ static int greedy_graph_steps(const KVCache *cache) {
     return cache->B == 1 ? DECODE_GRAPH_STEPS : 1;
 }
 
+// Greedy decoding with the tokens kept on the device: each step's tokens are the argmax of the
+// step (or prefill) before, where the LM head left them, and its position is in the cell that
+// the graph before's last decode_advance wrote (from cache->len on, the host's count, by
+// construction). Nothing here waits for the device or sends it anything, so the host can queue
+// the next graph before it has read this one's tokens (gpt2_decode_chosen), and the GPU goes
+// from step to step with nothing from the host between them.
 void gpt2_decode_greedy(GPT2 *model, KVCache *cache, int reading, int until) {
     if (cache->len < 1 || until >= cache->maxT || reading < 0 || reading > cache->len)
         die("greedy decoding up to position %d, reading from position %d: needs a prefill first, "

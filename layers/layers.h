@@ -162,8 +162,8 @@ void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX 
 //
 // The decode step's attention: the new token's key and value, read from qkv (B, 3, NH, HS), go
 // into the cache at position pos (one int32 in device memory, the step's cell: below), and its
-// query attends to positions 0..pos (its own included, as causality wants). out (B, NH, HS); kcache, vcache
-// (B, NH, maxT, HS). The work is laid out for maxT positions; the parts past pos return at once.
+// query attends to positions 0..pos (its own included, as causality wants). out (B, NH, HS);
+// kcache, vcache (B, NH, maxT, HS). The work is laid out for maxT positions; the parts past pos return at once.
 // scratch: attention_decode_scratch_size(B, maxT, NH, HS) bytes, as for attention_decode.
 void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
                            floatX *vcache, const int *pos, int B, int maxT, int NH, int HS);
