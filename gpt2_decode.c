@@ -10,9 +10,9 @@
 //                value into the cache first, so the token attends to itself as causality
 //                wants), attention projection + residual, layernorm + FC + GELU, FC projection
 //                + residual (all the layers one call, decode_layers_step); then the final
-//                layernorm + LM head + argmax, left where the next step reads its tokens;
-//                decode_advance copies them to the host's ring (and at a graph's end writes the
-//                next graph's positions).
+//                layernorm + LM head + argmax, left where the next step reads its tokens,
+//                copied to the host's ring, and embedded for the next step (at a graph's end
+//                the next graph's positions written instead): decode_step_end.
 //                On CUDA at a few rows each is one kernel
 //                (fused.cu, decode_attention.cu), 5 a layer where the plain layers took 12, and
 //                at one row on Hopper 2 (layernorm, QKV, the attention and each head's part of
@@ -200,18 +200,21 @@ static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows, const int *pos
                        L, d->k + kv0, d->v + kv0, layer_stride, pos, N, d->maxT, d->NH, d->HS);
 }
 
-// Step j of a graph (decode_graph), `last` its last: from cache->tokens and the step's position
-// cell, the embedding into cache->x (B, C); the layers, in one go or as d->parts parts of the
-// batch at once, all but the first each on a branch (dev_branch_begin), so that one part's
-// attention streams the cache while another's matmuls run; the LM head over all B rows, its
-// logits into cache->logits (B, Vp) and their argmax over the tokens; then those tokens into
-// the host's ring (decode_advance), and after the graph's last step the next graph's cells.
+// Step j of a graph (decode_graph), `last` its last: at the graph's first step, from
+// cache->tokens and the step's position cell, the embedding into cache->x (B, C); the layers, in
+// one go or as d->parts parts of the batch at once, all but the first each on a branch
+// (dev_branch_begin), so that one part's attention streams the cache while another's matmuls
+// run; then the step's end (decode_step_end): the LM head over all B rows, its logits into
+// cache->logits (B, Vp) and their argmax over the tokens, those tokens into the host's ring,
+// and the next step's embedding into cache->x, or after the graph's last step the next graph's
+// cells.
 static void decode_graph_step(GPT2 *model, KVCache *d, int j, int last) {
     GPT2Config c = model->config;
     int B = d->B, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, P = d->parts;
     ParameterTensors p = model->params;
     int *cells = d->tokens + B, *pos = cells + j;
-    decode_embed(d->x, d->tokens, pos, p.wte, p.wpe, B, C, j > 0);
+    // a graph's first step embeds its tokens; a later step's embedding was the step before's end
+    if (j == 0) decode_embed(d->x, d->tokens, pos, p.wte, p.wpe, B, C, 0);
     // the branches' parts first (each forked from the main stream as it is now), then part 0
     for (int i = P - 1; i >= 0; i--) {
         int r0 = i * B / P, r1 = (i + 1) * B / P;
@@ -226,9 +229,8 @@ static void decode_graph_step(GPT2 *model, KVCache *d, int j, int last) {
         if (i > 0) dev_branch_end();
     }
     if (P > 1) dev_branch_join();
-    lm_head_forward(d->logits, d->tokens, d->fused_scratch, d->x, p.lnfw, p.lnfb, p.wte, B, C, V,
-                    Vp);
-    decode_advance(d->chosen, DECODE_TOKEN_SLOTS, cells, DECODE_GRAPH_STEPS, j, last, d->tokens, B);
+    decode_step_end(d->logits, d->tokens, d->fused_scratch, d->x, p.lnfw, p.lnfb, p.wte, p.wpe,
+                    d->chosen, DECODE_TOKEN_SLOTS, cells, DECODE_GRAPH_STEPS, j, last, B, C, V, Vp);
 }
 
 typedef struct {

@@ -80,7 +80,18 @@ struct GemvArgs {
     unsigned *counter;         //          blocks done; reset to 0 by the last
     int *argmax;               //          (N) the result
     int N, K, OC, V, epilogue;
+    // kLogits in the LM head's kernel (launch_gemv's wide form: one row, K = 768) with
+    // decode_step_end folded in (ring set): the step's position cell is argmax[1 + step] (the
+    // cells follow the tokens, as in the KV cache); next_cells is decode_advance's ncells at a
+    // graph's last step, which writes them, and 0 at the others, which write the next step's
+    // embedding into inp instead: inp (K) = weight[argmax] + wpe[position + 1]. (These fields
+    // keep the struct at 128 bytes: above, ptxas laid out every GEMV kernel anew, 1-36 registers
+    // more or fewer, whose times move with their schedules; docs/PERF.md, thirtieth session.)
+    int slots, step, next_cells;
+    int *ring;
+    const bf16 *wpe;
 };
+static_assert(sizeof(GemvArgs) <= 128, "the GEMV kernels' parameters as their schedules were measured");
 
 // ---- the GEMV's timeline, a measuring tool (off by default) -------------------------------------
 // Build with -DFUSED_TRACE=1 and run with FUSED_TRACE=FILE: every block of every gemv_kernel launch
@@ -234,6 +245,63 @@ __device__ __forceinline__ void grid_argmax(const GemvArgs &a, float (*warp_v)[8
     for (int k = 1; k < warps; k++)
         if (better(warp_v[k][n], warp_i[k][n], best, index)) { best = warp_v[k][n]; index = warp_i[k][n]; }
     a.argmax[n] = index < a.V ? index : 0;   // rows of NaNs: index 0, as logits_argmax
+}
+
+// ---- the decode step's end in the LM head's last block (decode_step_end) ----------------------------
+// At one row of K = 768, gemv_kernel's wide form (the LM head) with a.ring set: its last block
+// (elected as for the argmax) reduces the blocks' bests as the kernel's own tail does, then does
+// decode_advance's and decode_embed's work as they compute it: the token into argmax[0] and the
+// host's ring, then at a graph's last step (next_cells > 0) the next graph's cells, else the next
+// step's embedding into x (K) = wte[token] + wpe[position + 1], over the row every block staged
+// before it counted itself done. The position cells follow the token (argmax + 1). The chosen
+// row of wte is the one load that waits for the argmax (0.6 us on the step's path from DRAM): each
+// block has prefetched its own best row into L2 (gemv_kernel), which gave back 0.2 us of it.
+// Inlined: as a call (__noinline__) batch 1 measured 0.3% slower (docs/PERF.md, thirtieth
+// session, calls 1-2).
+__device__ __forceinline__ void lm_head_step_end(const float *best_v, const int *best_i, int V,
+                                              int *argmax, int *ring, int slots, int step,
+                                              int next_cells, const bf16 *wte, const bf16 *wpe,
+                                              bf16 *x) {
+    constexpr int K = 768, nchunks = K / 8;
+    static_assert(nchunks <= kThreads, "a thread a chunk of the embedding");
+    __shared__ float warp_v[kWarps];
+    __shared__ int warp_i[kWarps], chosen;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int *cells = argmax + 1;
+    const int pos = cells[step];
+    int4 wpe_chunk = make_int4(0, 0, 0, 0);   // in flight while the bests are read
+    if (!next_cells && threadIdx.x < nchunks)
+        wpe_chunk = *reinterpret_cast<const int4 *>(wpe + (size_t)(pos + 1) * K + threadIdx.x * 8);
+    float bv = -FLT_MAX;
+    int bi = 0x7fffffff;
+    for (unsigned blk = threadIdx.x; blk < gridDim.x; blk += kThreads) {
+        const float v = __ldcg(best_v + blk);
+        const int i = __ldcg(best_i + blk);
+        if (better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    warp_best(bv, bi, 1);
+    if (lane == 0) { warp_v[warp] = bv; warp_i[warp] = bi; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < kWarps; k++)
+            if (better(warp_v[k], warp_i[k], bv, bi)) { bv = warp_v[k]; bi = warp_i[k]; }
+        chosen = bi < V ? bi : 0;   // a row of NaNs: index 0, as logits_argmax
+        argmax[0] = chosen;
+        ring[pos % slots] = chosen;
+    }
+    if (next_cells) {   // every thread read its position before the barrier above
+        for (int i = threadIdx.x; i < next_cells; i += kThreads) cells[i] = pos + 1 + i;
+        return;
+    }
+    __syncthreads();
+    if (threadIdx.x < nchunks) {
+        float wv[8], pv[8], y[8];
+        load_bf16<8>(wv, wte + (size_t)chosen * K + threadIdx.x * 8);
+        unpack_bf16<8>(pv, wpe_chunk);
+#pragma unroll
+        for (int k = 0; k < 8; k++) y[k] = wv[k] + pv[k];
+        store_bf16<8>(x + threadIdx.x * 8, y);
+    }
 }
 
 // ---- one row: gemv_kernel ------------------------------------------------------------------------
@@ -438,6 +506,14 @@ __global__ void __launch_bounds__(kThreads, R == 8 ? kLogitsBlocksPerSM : 1) gem
         a.best_v[blockIdx.x * N + n] = bv;
         a.best_i[blockIdx.x * N + n] = bi;
     }
+    // decode_step_end (the LM head's kernel, R = 8): the block's best row of wte into L2 (12 lines
+    // of 128 bytes at K = 768), so that the last block's read of the chosen one hits L2
+    if (R == 8 && a.ring && threadIdx.x < K * (int)sizeof(bf16) / 128) {
+        float bv;
+        int bi;
+        block_best<NR>(bv, bi, warp_v, warp_i, 0);
+        if (bi < OC) prefetch_l2(a.weight + (size_t)bi * K + threadIdx.x * 64);
+    }
     __syncthreads();
     if (threadIdx.x == 0) {   // the last-block pattern of runtime/cuda_common.cuh
         last = atomic_add_acq_rel(a.counter, 1u) == gridDim.x - 1;
@@ -445,6 +521,12 @@ __global__ void __launch_bounds__(kThreads, R == 8 ? kLogitsBlocksPerSM : 1) gem
     }
     __syncthreads();
     if (!last) return;
+    // decode_step_end folded in (the LM head's kernel only: R = 8), a function of its own
+    if (R == 8 && a.ring) {
+        lm_head_step_end(a.best_v, a.best_i, a.V, a.argmax, a.ring, a.slots, a.step, a.next_cells,
+                         a.weight, a.wpe, const_cast<bf16 *>(a.inp));
+        return;
+    }
     // The grid's bests, read by all the block's threads (thread k takes blocks k, k + 128, ...;
     // one L2 round trip, where one thread per row walking 264 blocks took some 20 us at batch
     // 1), then the warps' and the block's bests as above. `better` is a total order, so the
@@ -844,6 +926,24 @@ int decode_step_parts(int B, int C) {
     return best;
 }
 
+// the LM head on the GEMV kernels: where it fits them, and its arguments
+static bool lm_head_gemv_fits(int N, int C, const floatX *inp, const floatX *lnw, const floatX *lnb,
+                              const floatX *wte) {
+    return gemv_fits(N, C, inp, wte) && is_aligned16(lnw) && is_aligned16(lnb);
+}
+
+static GemvArgs lm_head_gemv_args(floatX *logits, int *argmax, void *scratch, const floatX *inp,
+                                  const floatX *lnw, const floatX *lnb, const floatX *wte, int N,
+                                  int C, int V, int Vp) {
+    GemvArgs a = gemv_args(logits, inp, lnw, lnb, wte, NULL, N, C, Vp, kLogits);
+    a.counter = (unsigned *)scratch;
+    a.best_v = (float *)((char *)scratch + 256);
+    a.best_i = (int *)(a.best_v + (size_t)kLogitsBlocksPerSM * cuda_num_sms * N);
+    a.argmax = argmax;
+    a.V = V;
+    return a;
+}
+
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,
                      const floatX *lnw, const floatX *lnb, const floatX *wte, int N, int C, int V,
                      int Vp) {
@@ -854,16 +954,34 @@ void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *i
                             (unsigned long long *)((char *)scratch + 256), s.ln, wte, N, C, V, Vp);
         return;
     }
-    if (!gemv_fits(N, C, inp, wte) || !is_aligned16(lnw) || !is_aligned16(lnb)) {
+    if (!lm_head_gemv_fits(N, C, inp, lnw, lnb, wte)) {
         plain_lm_head(logits, argmax, s, inp, lnw, lnb, wte, N, C, V, Vp);
         return;
     }
-    const int max_blocks = kLogitsBlocksPerSM * cuda_num_sms;
-    GemvArgs a = gemv_args(logits, inp, lnw, lnb, wte, NULL, N, C, Vp, kLogits);
-    a.counter = (unsigned *)scratch;
-    a.best_v = (float *)((char *)scratch + 256);
-    a.best_i = (int *)(a.best_v + (size_t)max_blocks * N);
-    a.argmax = argmax;
-    a.V = V;
-    gemv(a, max_blocks);
+    gemv(lm_head_gemv_args(logits, argmax, scratch, inp, lnw, lnb, wte, N, C, V, Vp),
+         kLogitsBlocksPerSM * cuda_num_sms);
+}
+
+// At one row of 768 the LM head is gemv_kernel's wide form (launch_gemv), and the step's end is
+// folded into it: the ring, the cells and the next step's embedding written by its last block,
+// which has the argmax, instead of decode_advance's and decode_embed's kernels after it (one
+// kernel boundary on the batch-1 step's path where there were three; the embedding's row of wte
+// is the one read after the argmax, its row of wpe is read while the blocks' bests are).
+// Elsewhere the three calls.
+void decode_step_end(floatX *logits, int *tokens, void *scratch, floatX *x, const floatX *lnfw,
+                     const floatX *lnfb, const floatX *wte, const floatX *wpe, int *ring, int slots,
+                     int *cells, int ncells, int step, int last, int B, int C, int V, int Vp) {
+    if (B != 1 || C != 3 * 256 || !lm_head_gemv_fits(B, C, x, lnfw, lnfb, wte) ||
+        !is_aligned16(wpe) || cells != tokens + 1 || (last && ncells < 1)) {
+        plain_decode_step_end(logits, tokens, scratch, x, lnfw, lnfb, wte, wpe, ring, slots, cells,
+                              ncells, step, last, B, C, V, Vp);
+        return;
+    }
+    GemvArgs a = lm_head_gemv_args(logits, tokens, scratch, x, lnfw, lnfb, wte, B, C, V, Vp);
+    a.ring = ring;
+    a.slots = slots;
+    a.step = step;
+    a.next_cells = last ? ncells : 0;
+    a.wpe = CBF(wpe);
+    gemv(a, kLogitsBlocksPerSM * cuda_num_sms);
 }

@@ -78,4 +78,15 @@ static inline void plain_lm_head(floatX *logits, int *argmax, PlainScratch s, co
     logits_argmax(argmax, logits, Vp, N, V);
 }
 
+// decode_step_end as its three calls (layers.h)
+static inline void plain_decode_step_end(floatX *logits, int *tokens, void *scratch, floatX *x,
+                                         const floatX *lnfw, const floatX *lnfb,
+                                         const floatX *wte, const floatX *wpe, int *ring,
+                                         int slots, int *cells, int ncells, int step, int last,
+                                         int B, int C, int V, int Vp) {
+    lm_head_forward(logits, tokens, scratch, x, lnfw, lnfb, wte, B, C, V, Vp);
+    decode_advance(ring, slots, cells, ncells, step, last, tokens, B);
+    if (!last) decode_embed(x, tokens, cells + step + 1, wte, wpe, B, C, 1);
+}
+
 #endif

@@ -272,6 +272,16 @@ void decode_embed(floatX *out, const int *tokens, const int *cell, const floatX 
                   const floatX *wpe, int B, int C, int chained);
 void decode_advance(int *ring, int slots, int *cells, int ncells, int step, int last,
                     const int *tokens, int B);
+// decode_step_end, step `step` of a graph's last call: lm_head_forward(logits, tokens, scratch,
+// x, lnfw, lnfb, wte, B, C, V, Vp), then decode_advance(ring, slots, cells, ncells, step, last,
+// tokens, B), then, unless `last`, the next step's decode_embed(x, tokens, cells + step + 1, wte,
+// wpe, B, C, chained), so that a graph's later steps begin with their layers. On CUDA at one row
+// of C = 768 (the LM head on gemv_kernel) the three are that one kernel: its last block, which
+// has the argmax, writes the ring and the cells or the next step's embedding, so the step's end
+// is one kernel boundary where it was three (docs/PERF.md, thirtieth session).
+void decode_step_end(floatX *logits, int *tokens, void *scratch, floatX *x, const floatX *lnfw,
+                     const floatX *lnfb, const floatX *wte, const floatX *wpe, int *ring, int slots,
+                     int *cells, int ncells, int step, int last, int B, int C, int V, int Vp);
 
 // ----------------------------------------------------------------------------------------
 // optimizer

@@ -222,6 +222,11 @@ static void launch_elementwise(void (*vec)(Params...), void (*scalar)(Params...)
         kernel<<<blocks, threads, 0, cuda_stream>>>(static_cast<Params>(args)...);
 }
 
+// the 128-byte line at p fetched into L2, nothing waiting for it
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // 16 bytes of weights that are read once per decode step: not kept in L1 (the next use is a
 // whole step away), through the read-only path
 __device__ __forceinline__ int4 load_streaming(const void *p) {

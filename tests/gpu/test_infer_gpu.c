@@ -478,6 +478,62 @@ static void test_fused_calls(unsigned long long *rng) {
         matmul_forward(logits, ln, wte, NULL, N, C, Vp);
         floatX_download(want, logits, (size_t)N * Vp);
         CHECK_CLOSE(got, want, (size_t)N * Vp, 1e-2, "lm_head_forward's logits N=%d", N);
+        // decode_step_end against its three calls (lm_head_forward, decode_advance, decode_embed
+        // from the step's tokens and cells), bit for bit: the logits, the tokens, the cells, the
+        // ring and the next step's embedding; at a graph's middle step (2 of 8) and its last (7),
+        // which writes the next graph's cells and no embedding. At one row of 768 the LM head's
+        // kernel does all three (fused.cu); above, the three calls themselves (--sanitize: 1 and
+        // 4 rows, the kernel and the calls)
+        if (!sanitize_mode || N <= 4) {
+            enum { kSteps = 8, kSlots = 4, kMaxT = 64 };
+            floatX *wpe = upload_random(h, (size_t)kMaxT * C, 0.5f, rng);
+            floatX *xs[2], *lg[2];
+            int *tc[2], *ring[2];   // [0] the three calls', [1] decode_step_end's
+            int tc_init[128 + kSteps], got_tc[2][128 + kSteps];
+            for (int n = 0; n < N; n++) tc_init[n] = 0;
+            for (int i = 0; i < kSteps; i++) tc_init[N + i] = 37 + i;   // the graph's positions
+            for (int k = 0; k < 2; k++) {
+                xs[k] = dev_malloc((size_t)N * C * sizeof(floatX), "x");
+                lg[k] = dev_malloc((size_t)N * Vp * sizeof(floatX), "logits");
+                tc[k] = dev_malloc((N + kSteps) * sizeof(int), "tokens and cells");
+                ring[k] = dev_host_alloc((size_t)kSlots * N * sizeof(int), "ring");
+            }
+            for (int last = 0; last < 2; last++) {
+                int step = last ? kSteps - 1 : 2;
+                for (int k = 0; k < 2; k++) {
+                    dev_copy(xs[k], inp, (size_t)N * C * sizeof(floatX));
+                    poison(lg[k], (size_t)N * Vp);
+                    dev_upload(tc[k], tc_init, (N + kSteps) * sizeof(int));
+                    memset(ring[k], 0xff, (size_t)kSlots * N * sizeof(int));
+                }
+                lm_head_forward(lg[0], tc[0], scratch, xs[0], lnw, lnb, wte, N, C, V, Vp);
+                decode_advance(ring[0], kSlots, tc[0] + N, kSteps, step, last, tc[0], N);
+                if (!last) decode_embed(xs[0], tc[0], tc[0] + N + step + 1, wte, wpe, N, C, 1);
+                decode_step_end(lg[1], tc[1], scratch, xs[1], lnw, lnb, wte, wpe, ring[1], kSlots,
+                                tc[1] + N, kSteps, step, last, N, C, V, Vp);
+                dev_synchronize();   // (the rings: host memory the device wrote)
+                for (int k = 0; k < 2; k++) dev_download(got_tc[k], tc[k], (N + kSteps) * sizeof(int));
+                CHECK(!memcmp(got_tc[0], got_tc[1], (N + kSteps) * sizeof(int)) &&
+                      !memcmp(ring[0], ring[1], (size_t)kSlots * N * sizeof(int)) &&
+                      ring[1][(37 + step) % kSlots * N] == got_tc[1][0],
+                      "decode_step_end's tokens, cells and ring as its three calls', N=%d step %d%s "
+                      "(token 0: %d, want %d; cell 0: %d, want %d)", N, step, last ? " (last)" : "",
+                      got_tc[1][0], got_tc[0][0], got_tc[1][N], got_tc[0][N]);
+                floatX_download(got, lg[1], (size_t)N * Vp);
+                floatX_download(want, lg[0], (size_t)N * Vp);
+                CHECK(!memcmp(got, want, (size_t)N * Vp * sizeof(float)),
+                      "decode_step_end's logits as lm_head_forward's, N=%d step %d", N, step);
+                floatX_download(got, xs[1], (size_t)N * C);
+                floatX_download(want, xs[0], (size_t)N * C);
+                CHECK(!memcmp(got, want, (size_t)N * C * sizeof(float)),
+                      "decode_step_end's x as decode_embed's (or untouched at the last step), N=%d step %d",
+                      N, step);
+            }
+            for (int k = 0; k < 2; k++) {
+                dev_free(xs[k]); dev_free(lg[k]); dev_free(tc[k]); dev_host_free(ring[k]);
+            }
+            dev_free(wpe);
+        }
         // ties everywhere: every row of wte the same, so every logit of a row is the same and
         // the first index must win, across the blocks (the wgmma kernel's keys: the index's order)
         for (size_t i = C; i < (size_t)Vp * C; i++) h[i] = h[i % C];
