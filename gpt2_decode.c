@@ -111,10 +111,10 @@ static void upload_position(KVCache *cache, int pos) {
     dev_upload_async(cache->tokens + cache->B, &pos, sizeof(pos));
 }
 
-// The steps (or prefill) at positions pos .. pos + n - 1 have been queued, and their
-// decode_advance calls will leave their tokens in slots (pos + i) % DECODE_TOKEN_SLOTS: the
-// slots' events mark when. Positions from pos on that the ring held belong to a continuation
-// given up (a rewind, a new prefill): forgotten.
+// The steps (or prefill) at positions pos .. pos + n - 1 have been queued, and their ends
+// (decode_step_end, prefill's decode_advance) will leave their tokens in slots (pos + i) %
+// DECODE_TOKEN_SLOTS: the slots' events mark when. Positions from pos on that the ring held
+// belong to a continuation given up (a rewind, a new prefill): forgotten.
 static void record_chosen(KVCache *cache, int pos, int n) {
     for (int i = 0; i < DECODE_TOKEN_SLOTS; i++)
         if (cache->chosen_pos[i] >= pos) cache->chosen_pos[i] = -1;
@@ -285,10 +285,10 @@ static int greedy_graph_steps(const KVCache *cache) {
 
 // Greedy decoding with the tokens kept on the device: each step's tokens are the argmax of the
 // step (or prefill) before, where the LM head left them, and its position is in the cell that
-// the graph before's last decode_advance wrote (from cache->len on, the host's count, by
-// construction). Nothing here waits for the device or sends it anything, so the host can queue
-// the next graph before it has read this one's tokens (gpt2_decode_chosen), and the GPU goes
-// from step to step with nothing from the host between them.
+// the graph before's last step end (or prefill's decode_advance) wrote (from cache->len on, the
+// host's count, by construction). Nothing here waits for the device or sends it anything, so
+// the host can queue the next graph before it has read this one's tokens (gpt2_decode_chosen),
+// and the GPU goes from step to step with nothing from the host between them.
 void gpt2_decode_greedy(GPT2 *model, KVCache *cache, int reading, int until) {
     if (cache->len < 1 || until >= cache->maxT || reading < 0 || reading > cache->len)
         die("greedy decoding up to position %d, reading from position %d: needs a prefill first, "

@@ -81,6 +81,7 @@ void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int
 // then (layers.h). The graph's last step lets nothing after it start early (no
 // pdl_launch_dependents), so the cells it writes are final before any kernel after it reads
 // them before its wait (the next graph's first kernel is a plain launch, decode_embed: layers.h).
+// At batch 1 of GPT-2 124M's width the LM head's kernel does this itself (decode_step_end).
 __global__ void decode_advance_kernel(int *__restrict__ ring, int slots, int *__restrict__ cells,
                                       int ncells, int step, int last, const int *__restrict__ tokens,
                                       int B) {

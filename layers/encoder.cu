@@ -13,7 +13,7 @@
 // decode step's position cell, in device memory); one thread per VEC channels of one row. It
 // lets the kernel after it start at once (PDL: the decode step's first layer kernel loads its
 // weights meanwhile), and reads the tokens after its wait: in a graph of several greedy steps
-// the LM head before it chose them.
+// (where decode_step_end does not embed them itself) the LM head before it chose them.
 template <int VEC>
 __global__ void encoder_forward_kernel(bf16 *__restrict__ out, const int *__restrict__ tokens,
                                        const bf16 *__restrict__ wte, const bf16 *__restrict__ wpe,

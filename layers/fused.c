@@ -33,11 +33,12 @@ void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *i
     plain_lm_head(logits, argmax, plain_scratch(scratch, N, C), inp, lnw, lnb, wte, N, C, V, Vp);
 }
 
-void decode_step_end(floatX *logits, int *tokens, void *scratch, floatX *x, const floatX *lnfw,
-                     const floatX *lnfb, const floatX *wte, const floatX *wpe, int *ring, int slots,
-                     int *cells, int ncells, int step, int last, int B, int C, int V, int Vp) {
+int decode_step_end(floatX *logits, int *tokens, void *scratch, floatX *x, const floatX *lnfw,
+                    const floatX *lnfb, const floatX *wte, const floatX *wpe, int *ring, int slots,
+                    int *cells, int ncells, int step, int last, int B, int C, int V, int Vp) {
     plain_decode_step_end(logits, tokens, scratch, x, lnfw, lnfb, wte, wpe, ring, slots, cells,
                           ncells, step, last, B, C, V, Vp);
+    return 0;
 }
 
 int decode_step_parts(int B, int C) { return 1; }   // the CPU runs its layers in order

@@ -91,7 +91,7 @@ struct GemvArgs {
     int *ring;
     const bf16 *wpe;
 };
-static_assert(sizeof(GemvArgs) <= 128, "the GEMV kernels' parameters as their schedules were measured");
+static_assert(sizeof(GemvArgs) <= 128, "the GEMV kernels' parameters as measured (above)");
 
 // ---- the GEMV's timeline, a measuring tool (off by default) -------------------------------------
 // Build with -DFUSED_TRACE=1 and run with FUSED_TRACE=FILE: every block of every gemv_kernel launch
@@ -247,21 +247,22 @@ __device__ __forceinline__ void grid_argmax(const GemvArgs &a, float (*warp_v)[8
     a.argmax[n] = index < a.V ? index : 0;   // rows of NaNs: index 0, as logits_argmax
 }
 
-// ---- the decode step's end in the LM head's last block (decode_step_end) ----------------------------
+// ---- the decode step's end in the LM head's last block (decode_step_end) -------------------------
 // At one row of K = 768, gemv_kernel's wide form (the LM head) with a.ring set: its last block
 // (elected as for the argmax) reduces the blocks' bests as the kernel's own tail does, then does
 // decode_advance's and decode_embed's work as they compute it: the token into argmax[0] and the
 // host's ring, then at a graph's last step (next_cells > 0) the next graph's cells, else the next
 // step's embedding into x (K) = wte[token] + wpe[position + 1], over the row every block staged
-// before it counted itself done. The position cells follow the token (argmax + 1). The chosen
+// before it counted itself done. The position cells follow the token (argmax + 1) and are
+// consecutive (layers.h), so the next step's is this one's + 1. The chosen
 // row of wte is the one load that waits for the argmax (0.6 us on the step's path from DRAM): each
 // block has prefetched its own best row into L2 (gemv_kernel), which gave back 0.2 us of it.
 // Inlined: as a call (__noinline__) batch 1 measured 0.3% slower (docs/PERF.md, thirtieth
 // session, calls 1-2).
 __device__ __forceinline__ void lm_head_step_end(const float *best_v, const int *best_i, int V,
-                                              int *argmax, int *ring, int slots, int step,
-                                              int next_cells, const bf16 *wte, const bf16 *wpe,
-                                              bf16 *x) {
+                                                int *argmax, int *ring, int slots, int step,
+                                                int next_cells, const bf16 *wte, const bf16 *wpe,
+                                                bf16 *x) {
     constexpr int K = 768, nchunks = K / 8;
     static_assert(nchunks <= kThreads, "a thread a chunk of the embedding");
     __shared__ float warp_v[kWarps];
@@ -506,13 +507,17 @@ __global__ void __launch_bounds__(kThreads, R == 8 ? kLogitsBlocksPerSM : 1) gem
         a.best_v[blockIdx.x * N + n] = bv;
         a.best_i[blockIdx.x * N + n] = bi;
     }
-    // decode_step_end (the LM head's kernel, R = 8): the block's best row of wte into L2 (12 lines
-    // of 128 bytes at K = 768), so that the last block's read of the chosen one hits L2
-    if (R == 8 && a.ring && threadIdx.x < K * (int)sizeof(bf16) / 128) {
-        float bv;
-        int bi;
-        block_best<NR>(bv, bi, warp_v, warp_i, 0);
-        if (bi < OC) prefetch_l2(a.weight + (size_t)bi * K + threadIdx.x * 64);
+    // decode_step_end (the LM head's kernel, R = 8, only ever launched at one row of 768): the
+    // block's best row of wte into L2 (12 lines of 128 bytes), so that the last block's read of
+    // the chosen one hits L2
+    if constexpr (R == 8) {
+        static_assert(KC == 3 && FULL && IN == kLayernorm, "the LM head's form (launch_gemv)");
+        if (a.ring && threadIdx.x < K * (int)sizeof(bf16) / 128) {
+            float bv;
+            int bi;
+            block_best<NR>(bv, bi, warp_v, warp_i, 0);
+            if (bi < OC) prefetch_l2(a.weight + (size_t)bi * K + threadIdx.x * 64);
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0) {   // the last-block pattern of runtime/cuda_common.cuh
@@ -522,10 +527,12 @@ __global__ void __launch_bounds__(kThreads, R == 8 ? kLogitsBlocksPerSM : 1) gem
     __syncthreads();
     if (!last) return;
     // decode_step_end folded in (the LM head's kernel only: R = 8), a function of its own
-    if (R == 8 && a.ring) {
-        lm_head_step_end(a.best_v, a.best_i, a.V, a.argmax, a.ring, a.slots, a.step, a.next_cells,
-                         a.weight, a.wpe, const_cast<bf16 *>(a.inp));
-        return;
+    if constexpr (R == 8) {
+        if (a.ring) {
+            lm_head_step_end(a.best_v, a.best_i, a.V, a.argmax, a.ring, a.slots, a.step,
+                             a.next_cells, a.weight, a.wpe, const_cast<bf16 *>(a.inp));
+            return;
+        }
     }
     // The grid's bests, read by all the block's threads (thread k takes blocks k, k + 128, ...;
     // one L2 round trip, where one thread per row walking 264 blocks took some 20 us at batch
@@ -967,15 +974,17 @@ void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *i
 // which has the argmax, instead of decode_advance's and decode_embed's kernels after it (one
 // kernel boundary on the batch-1 step's path where there were three; the embedding's row of wte
 // is the one read after the argmax, its row of wpe is read while the blocks' bests are).
-// Elsewhere the three calls.
-void decode_step_end(floatX *logits, int *tokens, void *scratch, floatX *x, const floatX *lnfw,
-                     const floatX *lnfb, const floatX *wte, const floatX *wpe, int *ring, int slots,
-                     int *cells, int ncells, int step, int last, int B, int C, int V, int Vp) {
-    if (B != 1 || C != 3 * 256 || !lm_head_gemv_fits(B, C, x, lnfw, lnfb, wte) ||
-        !is_aligned16(wpe) || cells != tokens + 1 || (last && ncells < 1)) {
+// Elsewhere the three calls. (launch_gemv takes the wide form for a one-row LM head of K = 768
+// with a layernorm: B = 1, C = 768 and lnfw set select it; lm_head_step_end asserts it.)
+int decode_step_end(floatX *logits, int *tokens, void *scratch, floatX *x, const floatX *lnfw,
+                    const floatX *lnfb, const floatX *wte, const floatX *wpe, int *ring, int slots,
+                    int *cells, int ncells, int step, int last, int B, int C, int V, int Vp) {
+    if (B != 1 || C != 3 * 256 || !lnfw || !lnfb || !ring ||
+        !lm_head_gemv_fits(B, C, x, lnfw, lnfb, wte) || !is_aligned16(wpe) || cells != tokens + 1 ||
+        (last && ncells < 1)) {
         plain_decode_step_end(logits, tokens, scratch, x, lnfw, lnfb, wte, wpe, ring, slots, cells,
                               ncells, step, last, B, C, V, Vp);
-        return;
+        return 0;
     }
     GemvArgs a = lm_head_gemv_args(logits, tokens, scratch, x, lnfw, lnfb, wte, B, C, V, Vp);
     a.ring = ring;
@@ -984,4 +993,5 @@ void decode_step_end(floatX *logits, int *tokens, void *scratch, floatX *x, cons
     a.next_cells = last ? ncells : 0;
     a.wpe = CBF(wpe);
     gemv(a, kLogitsBlocksPerSM * cuda_num_sms);
+    return 1;
 }

@@ -253,20 +253,20 @@ void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *i
 void logits_argmax(int *out, const floatX *logits, size_t row_stride, int B, int V);
 // The decode step's two ends, so that a greedy step needs nothing from the host and one CUDA
 // graph holds several steps. A step's position is an int32 in device memory of its own, its
-// cell, written before the step's graph starts: its kernels read it before their waits, and the
-// cache's rows before it, which earlier steps wrote. That holds inside a graph because the LM
-// head (lm_head_forward) lets nothing after it start before its own wait, by which every layer
-// of its step is done: the next step's kernels start after that.
+// cell, written before the step's graph starts (the cells of a graph's steps are consecutive
+// positions): its kernels read it before their waits, and the cache's rows before it, which
+// earlier steps wrote. That holds inside a graph because the LM head (lm_head_forward, and
+// decode_step_end's) lets nothing after it start before its own wait, by which every layer of
+// its step is done: the next step's kernels start after that.
 // decode_embed, a graph's first call (a later step's embedding is the step before's end,
 // decode_step_end): out[b, :] = wte[tokens[b], :] + wpe[cell[0], :]; out (B, C), tokens (B)
 // int32, read after its wait. `chained`: inside a graph, launched with PDL after the step
-// before's LM head; else (a graph's first step) a plain launch, which starts
-// only once everything before it is done, with CUDA graphs or without (CUDA_GRAPHS=0), so that
-// the cells the graph before wrote are visible to the kernels after it that read them before
-// their waits.
-// decode_advance, after the LM head: the step's tokens (B) go into slot cells[step] % slots of ring (host
-// memory the device writes, dev_host_alloc: `slots` slots of B int32). The graph's last step
-// (`last`) then writes the next graph's ncells cells, step i's p + 1 + i where p is its own
+// before's last kernel; else (a graph's first step) a plain launch, which starts only once
+// everything before it is done, with CUDA graphs or without (CUDA_GRAPHS=0), so that the cells
+// the graph before wrote are visible to the kernels after it that read them before their waits.
+// decode_advance, after the LM head: the step's tokens (B) go into slot cells[step] % slots of
+// ring (host memory the device writes, dev_host_alloc: `slots` slots of B int32). The graph's last
+// step (`last`) then writes the next graph's ncells cells, step i's p + 1 + i where p is its own
 // position, and lets nothing after it start early, so that all after it (the next graph, the
 // host's uploads) see them; the others let the next step start early.
 void decode_embed(floatX *out, const int *tokens, const int *cell, const floatX *wte,
@@ -278,12 +278,16 @@ void decode_advance(int *ring, int slots, int *cells, int ncells, int step, int 
 // step, last, tokens, B), then, unless `last`, the next step's decode_embed(x, tokens, cells +
 // step + 1, wte, wpe, B, C, 1), so that a graph's later steps begin with their layers. On CUDA
 // at one row of C = 768 (the LM head on gemv_kernel), with the cells right after the token
-// (cells == tokens + 1, as in the KV cache), the three are that one kernel: its last block,
-// which has the argmax, writes the ring and the cells or the next step's embedding, so the
-// step's end is one kernel boundary where it was three (docs/PERF.md, thirtieth session).
-void decode_step_end(floatX *logits, int *tokens, void *scratch, floatX *x, const floatX *lnfw,
-                     const floatX *lnfb, const floatX *wte, const floatX *wpe, int *ring, int slots,
-                     int *cells, int ncells, int step, int last, int B, int C, int V, int Vp);
+// (cells == tokens + 1, as in the KV cache), the three are that one kernel (returns 1; else 0):
+// its last block, which has the argmax, writes the ring and the cells or the next step's
+// embedding (at position cells[step] + 1), so the step's end is one kernel boundary where it was
+// three (docs/PERF.md, thirtieth session). That kernel lets the next start early even at a
+// graph's last step, before it writes the cells: safe where decode_advance is not, because the
+// next graph's first kernel is decode_embed's plain launch and the host's uploads are copies in
+// stream order, each waiting for the whole kernel.
+int decode_step_end(floatX *logits, int *tokens, void *scratch, floatX *x, const floatX *lnfw,
+                    const floatX *lnfb, const floatX *wte, const floatX *wpe, int *ring, int slots,
+                    int *cells, int ncells, int step, int last, int B, int C, int V, int Vp);
 
 // ----------------------------------------------------------------------------------------
 // optimizer

@@ -423,6 +423,11 @@ static double gelu_objective(const void *ctx) {
 static void test_gelu(int N, int OC) {
     const size_t n = (size_t)N * OC;
     float *inp = random_array(n, 5.0f), *dout = random_array(n, 1.0f);
+    // inputs moved off the zero of GELU's derivative (x = -0.7518): there the gradient is near 0,
+    // and the relative error of one element (N = OC = 1) measured the finite differences' own
+    // error against it (1.1e-5 > BWD_TOL for one seed in CI), not the backward
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(inp[i] + 0.7518f) < 0.05f) inp[i] += 0.1f;
     GeluCase gc = {test_to_double(inp, n), test_to_double(dout, n), n};
     float *out = poisoned_array(n), *want = malloc(n * sizeof(float));
     gelu_forward(out, inp, n);

@@ -509,8 +509,12 @@ static void test_fused_calls(unsigned long long *rng) {
                 lm_head_forward(lg[0], tc[0], scratch, xs[0], lnw, lnb, wte, N, C, V, Vp);
                 decode_advance(ring[0], kSlots, tc[0] + N, kSteps, step, last, tc[0], N);
                 if (!last) decode_embed(xs[0], tc[0], tc[0] + N + step + 1, wte, wpe, N, C, 1);
-                decode_step_end(lg[1], tc[1], scratch, xs[1], lnw, lnb, wte, wpe, ring[1], kSlots,
-                                tc[1] + N, kSteps, step, last, N, C, V, Vp);
+                int folded = decode_step_end(lg[1], tc[1], scratch, xs[1], lnw, lnb, wte, wpe,
+                                             ring[1], kSlots, tc[1] + N, kSteps, step, last, N, C,
+                                             V, Vp);
+                CHECK(folded == (N == 1), "decode_step_end at N=%d is %s (want %s)", N,
+                      folded ? "the LM head's kernel" : "three calls",
+                      N == 1 ? "the LM head's kernel" : "three calls");
                 dev_synchronize();   // (the rings: host memory the device wrote)
                 for (int k = 0; k < 2; k++) dev_download(got_tc[k], tc[k], (N + kSteps) * sizeof(int));
                 CHECK(!memcmp(got_tc[0], got_tc[1], (N + kSteps) * sizeof(int)) &&
@@ -614,6 +618,21 @@ static void check_cached_decoding(GPT2 *m, int B, int T0, int steps, unsigned lo
     free(want); free(graphed); free(launched); free(seq); free(flat);
 }
 
+// greedy decoding on the device against greedy through the host (greedy_on_device_mismatch),
+// B sequences from a 16-token prompt, 33 steps: the prefill's token and 32 steps, at batch 1
+// four graphs of 8 (replayed)
+static void check_greedy(GPT2 *m, int B, int graphs, unsigned long long *rng) {
+    int steps = 33, prompt[16], *tokens = malloc((size_t)B * steps * sizeof(int));
+    random_tokens(prompt, 16, m->config.vocab_size, rng);
+    KVCache cache;
+    kv_cache_init(&cache, m, B, 16 + steps - 1);
+    int at = greedy_on_device_mismatch(m, &cache, prompt, 16, steps, tokens);
+    CHECK(at < 0, "greedy on the device equals greedy through the host, B=%d, C=%d, %d steps, "
+          "CUDA_GRAPHS=%d (first difference at step %d)", B, m->config.channels, steps, graphs, at);
+    kv_cache_free(&cache);
+    free(tokens);
+}
+
 static void test_cached_decoding(unsigned long long *rng) {
     GPT2Config c = {.max_seq_len = 256, .vocab_size = 50257, .padded_vocab_size = 50304,
                     .num_layers = 4, .num_heads = 4, .channels = 256};
@@ -639,23 +658,20 @@ static void test_cached_decoding(unsigned long long *rng) {
     // DECODE_GRAPH_STEPS steps; then host-fed steps and greedy ones after them): the same bits
     // as through the host; and again with the kernels launched one by one (CUDA_GRAPHS=0: the
     // PDL chain then runs from one graph's steps into the next's)
+    // Then at GPT-2 124M's width (two layers) at batch 1, where the LM head's kernel ends the
+    // step itself (decode_step_end: the ring, the cells and the next step's embedding)
+    GPT2Config c768 = {.max_seq_len = 64, .vocab_size = 50257, .padded_vocab_size = 50304,
+                       .num_layers = 2, .num_heads = 12, .channels = 768};
+    GPT2 m768;
+    gpt2_init_random(&m768, c768, 5);
     for (int graphs = 1; graphs >= 0; graphs--) {
         if (sanitize_mode && !graphs) break;
         setenv("CUDA_GRAPHS", graphs ? "1" : "0", 1);
-        for (int B = 1; B <= (sanitize_mode ? 8 : 64); B *= 8) {
-            int steps = 33;   // the prefill's token and 32 steps: at batch 1 four graphs of 8 (replayed)
-            int prompt[16], *tokens = malloc((size_t)B * steps * sizeof(int));
-            random_tokens(prompt, 16, c.vocab_size, rng);
-            KVCache cache;
-            kv_cache_init(&cache, &m, B, 16 + steps - 1);
-            int at = greedy_on_device_mismatch(&m, &cache, prompt, 16, steps, tokens);
-            CHECK(at < 0, "greedy on the device equals greedy through the host, B=%d, %d steps, "
-                  "CUDA_GRAPHS=%d (first difference at step %d)", B, steps, graphs, at);
-            kv_cache_free(&cache);
-            free(tokens);
-        }
+        for (int B = 1; B <= (sanitize_mode ? 8 : 64); B *= 8) check_greedy(&m, B, graphs, rng);
+        check_greedy(&m768, 1, graphs, rng);
     }
     unsetenv("CUDA_GRAPHS");
+    gpt2_free(&m768);
     gpt2_free(&m);
 }
 
