@@ -246,11 +246,12 @@ void gpt2_print_memory(const GPT2 *model);
 #define GPT2_DECODE_INDEX(name, ...) DECODE_##name,
 enum { GPT2_DECODE_TENSORS(GPT2_DECODE_INDEX) NUM_DECODE_TENSORS };
 
-// Greedy decoding at batch 1 runs DECODE_GRAPH_STEPS steps as one CUDA graph where that many are
-// asked for (the steps chained by programmatic dependent launch, no graph boundary between them:
-// 1.02x tokens/s over a graph a step, 1.05x after 1,000 tokens; docs/PERF.md, twenty-ninth
-// session, call 10), and the host may read the tokens of the last DECODE_TOKEN_SLOTS positions:
-// a graph's, while the next one runs.
+// Greedy decoding at batch 1 (and 96-128) runs DECODE_GRAPH_STEPS steps as one CUDA graph
+// where that many are asked for (the steps chained by programmatic dependent launch, no graph
+// boundary between them: 1.02x tokens/s over a graph a step, 1.05x after 1,000 tokens;
+// docs/PERF.md, twenty-ninth session, call 10; 16 steps: +0.25% at batch 1 but 2.5% slower after
+// 1,000 tokens, thirtieth session, call 7), and the host may read the tokens of the last
+// DECODE_TOKEN_SLOTS positions: a graph's, while the next one runs.
 #define DECODE_GRAPH_STEPS 8
 #define DECODE_TOKEN_SLOTS (2 * DECODE_GRAPH_STEPS)
 
@@ -288,12 +289,12 @@ void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos);
 // Greedy decoding: steps from position cache->len on, until position `until` is queued
 // (until < maxT) or the next graph would not fit the ring of chosen tokens without dropping
 // position `reading` (the oldest the host has yet to read, as gpt2_decode_chosen keeps them):
-// graphs of DECODE_GRAPH_STEPS steps at batch 1 while that many remain, else one step a graph
-// (reading <= cache->len; once the host has read `reading`, a later call queues more). Each
-// step's tokens are the argmax of the step or prefill before, which never leave the device, and
-// the device moves its own position on, so the host sends nothing; returns without waiting
-// for the device, so that the steps run while the host reads the tokens of those before. The
-// same bits as gpt2_decode_step with that argmax.
+// graphs of DECODE_GRAPH_STEPS steps at batch 1 and 96-128 rows while that many remain, else
+// one step a graph (reading <= cache->len; once the host has read `reading`, a later call queues
+// more). Each step's tokens are the argmax of the step or prefill before, which never leave the
+// device, and the device moves its own position on, so the host sends nothing; returns without
+// waiting for the device, so that the steps run while the host reads the tokens of those
+// before. The same bits as gpt2_decode_step with that argmax.
 void gpt2_decode_greedy(GPT2 *model, KVCache *cache, int reading, int until);
 // out (B): the argmax of the logits at position pos (the prefill's last, T - 1, or a step's),
 // greedy decoding's choice, as it reaches the host: waits for the graph that chose it (the

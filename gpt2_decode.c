@@ -277,10 +277,12 @@ void gpt2_decode_step(GPT2 *model, KVCache *cache, const int *tokens, int pos) {
 }
 
 // The steps a greedy graph holds where that many remain: DECODE_GRAPH_STEPS at batch 1 (1.02x
-// tokens/s, 1.05x after 1,000 tokens), one above (with 8, batch 2-16 measured 0.1-1% slower and
-// 64 level; docs/PERF.md, twenty-ninth session, calls 8 and 10)
+// tokens/s, 1.05x after 1,000 tokens) and at 96-128 rows (1.017x at 96, 1.033x at 128: three and
+// four parts of 32 rows), one elsewhere (with 8, batch 2-16 measured 0.1-1% slower, 64 0.9%, 200
+// 0.5% and 256 0.9%; docs/PERF.md, twenty-ninth session, calls 8 and 10, thirtieth, calls 7-8)
 static int greedy_graph_steps(const KVCache *cache) {
-    return cache->B == 1 ? DECODE_GRAPH_STEPS : 1;
+    int B = cache->B;
+    return B == 1 || (B >= 96 && B <= 128) ? DECODE_GRAPH_STEPS : 1;
 }
 
 // Greedy decoding with the tokens kept on the device: each step's tokens are the argmax of the

@@ -321,6 +321,15 @@ static void test_cached_decoding(unsigned long long *rng) {
         CHECK(at < 0, "batch 1: greedy decoding in graphs of %d steps equals greedy through the "
               "host, %d tokens (first difference at step %d)", DECODE_GRAPH_STEPS, tries[k], at);
     }
+    // at 96-128 rows graphs of DECODE_GRAPH_STEPS steps again: one graph, then a single step
+    KVCache many;
+    kv_cache_init(&many, &m, 96, maxT);
+    int *many_tokens = malloc((size_t)96 * (DECODE_GRAPH_STEPS + 1) * sizeof(int));
+    at = greedy_on_device_mismatch(&m, &many, seq[1], T0, DECODE_GRAPH_STEPS + 1, many_tokens);
+    CHECK(at < 0, "batch 96: greedy decoding in graphs of %d steps equals greedy through the host "
+          "(first difference at step %d)", DECODE_GRAPH_STEPS, at);
+    free(many_tokens);
+    kv_cache_free(&many);
     // gpt2_decode_greedy's arguments: a position past the cache, or reading ahead of it
     DecodeCall bad[2] = {{&m, &one, T0, maxT}, {&m, &one, maxT + 1, maxT - 1}};
     for (int k = 0; k < 2; k++)
