@@ -197,7 +197,8 @@ static void decode_rows(GPT2 *model, KVCache *d, DecodeRows rows, const int *pos
     }
     // every layer: x += attproj(attention(qkv(ln1(x)))), then x += fcproj(gelu(fc(ln2(x))))
     decode_layers_step(x, qkv, atty, fch_gelu, rows.att_scratch, rows.fused_scratch, rows.x_stats, w,
-                       L, d->k + kv0, d->v + kv0, layer_stride, pos, N, d->maxT, d->NH, d->HS);
+                       L, d->k + kv0, d->v + kv0, layer_stride, pos, N, d->B - N, d->maxT, d->NH,
+                       d->HS);
 }
 
 // Step j of a graph (decode_graph), `last` its last: at the graph's first step, from

@@ -83,7 +83,8 @@ void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int
 // the new k, v of qkv (B, 3, NH, HS) into the cache at *pos (pos in "device" memory, which on
 // the CPU is host memory), then the query (strided in qkv) against positions 0..pos
 void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
-                           floatX *vcache, const int *pos, int B, int maxT, int NH, int HS) {
+                           floatX *vcache, const int *pos, int B, int beside, int maxT, int NH,
+                           int HS) {
     kv_cache_store(kcache, vcache, qkv, pos, B, 1, maxT, NH, HS);
     decode(out, qkv, (size_t)3 * NH * HS, kcache, vcache, B, *pos + 1, maxT, NH, HS);
 }

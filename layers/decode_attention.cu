@@ -115,13 +115,23 @@ struct DecodeArgs {
 // G lanes per cache row, 8 channels each; ROWS cache rows per group per round, loaded at once.
 // ROWS = 4 (128 registers, 4 blocks an SM) where a head is split: the rows of a split are few,
 // and more in flight at once shortens it. ROWS = 2 (80 registers, 6 blocks an SM) where each
-// head is one block (B*NH blocks, batch 64: 768): then what counts is that every block is
-// resident at once, one wave (792 on 132 SMs) and no tail (4% faster at batch 64, 2% slower at
-// batch 1 if used there; docs/PERF.md). Held to 72 registers, so that the output projection's
-// CTAs fit beside its blocks and load their weights while it runs, the step measured 3.4% slower
-// at batch 64 (docs/PERF.md, twenty-third session).
+// head is one block (B*NH blocks, batch 64 in one call: 768): then what counts is that every
+// block is resident at once, one wave (792 on 132 SMs) and no tail (4% faster at batch 64 in one
+// part, 2% slower at batch 1 if used there; docs/PERF.md). But ROWS = 4 at one block a head too
+// where the call's blocks fit one wave at 4 an SM and, with the other parts' running beside it
+// (decode_layers_step's `beside`), all fit one wave at 6: the batch-64 step's two parts of 32 rows
+// (384 + 384 heads). Measured there +3.7% (153.3K tokens/s against 147.8K); the same call in three
+// parts (batch 96) level and in four (128) 2% slower, so those keep 2 rows (docs/PERF.md,
+// thirty-first session). Why, from the timeline: with 4 rows the first part's blocks take the SMs
+// first and its attention ends about 7 us before the second's, so its matmuls start while the
+// second part's attention streams the cache, where with 2 rows both ended together and the
+// matmuls of both ran with the cache idle; with more parts the blocks past one wave cost more.
+// Not held to fewer registers (72, so that the output projection's CTAs fit beside the 2-row
+// kernel's blocks and load their weights while it runs: the step measured 3.4% slower, twenty-third
+// session).
+constexpr int kRows4PerSM = 4, kRows2PerSM = 6;
 template <int G, int ROWS>
-__global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? 6 : 1) decode_kernel(const DecodeArgs a) {
+__global__ void __launch_bounds__(kSplitThreads, ROWS == 2 ? kRows2PerSM : 1) decode_kernel(const DecodeArgs a) {
     // Stages (the comment at the top of the file): the first round of cache rows (before
     // pdl_wait); q; per round (the next loading): scores, SoftmaxRow::update, acc += p v; the
     // groups merged by warp shuffles, then the warps' in shared memory; one split: out;
@@ -299,7 +309,7 @@ void launch_groups(dim3 grid, int groups, const DecodeArgs &a) {
 }
 
 // a's q, caches, new row and length filled in by the caller; the layout, scratch and launch here
-void decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
+void decode(DecodeArgs a, floatX *out, void *scratch, int span, int B, int beside) {
     const int HS = a.HS, NH = a.NH;
     if (HS % 8 != 0 || HS > 256 || !is_aligned16(a.q) || !is_aligned16(a.kcache) ||
         !is_aligned16(a.vcache) || a.q_stride % 8 != 0)
@@ -312,8 +322,12 @@ void decode(DecodeArgs a, floatX *out, void *scratch, int span, int B) {
     a.scale_log2 = kLog2e / sqrtf((float)HS);
     const dim3 grid(a.splits, NH, B);
     const int groups = HS / 8;   // lanes per row, rounded up to a power of two below
-    if (a.splits == 1) launch_groups<2>(grid, groups, a);
-    else launch_groups<4>(grid, groups, a);
+    const long blocks = (long)a.splits * NH * B, beside_heads = (long)beside * NH;
+    if (a.splits > 1 || (blocks <= (long)kRows4PerSM * cuda_num_sms &&
+                         blocks + beside_heads <= (long)kRows2PerSM * cuda_num_sms))
+        launch_groups<4>(grid, groups, a);
+    else
+        launch_groups<2>(grid, groups, a);
     LAUNCH_CHECK();
 }
 
@@ -360,7 +374,7 @@ void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX 
     a.maxT = maxT;
     a.NH = NH;
     a.HS = HS;
-    decode(a, out, scratch, len, B);
+    decode(a, out, scratch, len, B, 0);
 }
 
 // the decode step's arguments: q and the new k, v from qkv, the position from pos
@@ -382,8 +396,9 @@ static DecodeArgs step_args(const floatX *qkv, floatX *kcache, floatX *vcache, c
 }
 
 void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
-                           floatX *vcache, const int *pos, int B, int maxT, int NH, int HS) {
-    decode(step_args(qkv, kcache, vcache, pos, maxT, NH, HS), out, scratch, maxT, B);
+                           floatX *vcache, const int *pos, int B, int beside, int maxT, int NH,
+                           int HS) {
+    decode(step_args(qkv, kcache, vcache, pos, maxT, NH, HS), out, scratch, maxT, B, beside);
 }
 
 void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int *pos, int B,

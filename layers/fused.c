@@ -22,9 +22,9 @@ int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
 void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *att_scratch,
                         void *scratch, float *x_stats, const DecodeLayerWeights *w, int L,
                         floatX *kcache, floatX *vcache, size_t layer_stride, const int *pos, int B,
-                        int maxT, int NH, int HS) {
+                        int beside, int maxT, int NH, int HS) {
     plain_decode_layers(x, qkv, att, fch, att_scratch, scratch, x_stats, w, L, kcache, vcache,
-                        layer_stride, pos, B, maxT, NH, HS);
+                        layer_stride, pos, B, beside, maxT, NH, HS);
 }
 
 void lm_head_forward(floatX *logits, int *argmax, void *scratch, const floatX *inp,

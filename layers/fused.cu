@@ -878,7 +878,7 @@ int matmul_residual_forward(floatX *residual, void *scratch, const floatX *inp,
 void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *att_scratch,
                         void *scratch, float *x_stats, const DecodeLayerWeights *w, int L,
                         floatX *kcache, floatX *vcache, size_t layer_stride, const int *pos, int B,
-                        int maxT, int NH, int HS) {
+                        int beside, int maxT, int NH, int HS) {
     if (fused_enabled() && decode_layers_sm90_fits(B, NH * HS, NH, HS, w, L, x, kcache, vcache)) {
         decode_layers_sm90(x, att, fch, block_part(scratch, B), w, L, kcache, vcache, layer_stride, pos,
                            NH * HS, maxT, NH);
@@ -887,7 +887,7 @@ void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *
         return;
     }
     plain_decode_layers(x, qkv, att, fch, att_scratch, scratch, x_stats, w, L, kcache, vcache,
-                        layer_stride, pos, B, maxT, NH, HS);
+                        layer_stride, pos, B, beside, maxT, NH, HS);
 }
 
 // rows [i * B / parts, (i + 1) * B / parts) are part i: parts of B / parts rows or one more

@@ -54,7 +54,7 @@ static inline void plain_decode_layers(floatX *x, floatX *qkv, floatX *att, floa
                                        void *att_scratch, void *scratch, float *x_stats,
                                        const DecodeLayerWeights *layers, int L, floatX *kcache,
                                        floatX *vcache, size_t layer_stride, const int *pos, int B,
-                                       int maxT, int NH, int HS) {
+                                       int beside, int maxT, int NH, int HS) {
     const int C = NH * HS;
     const float *stats = NULL;   // x's row statistics, where the call that last wrote x left them
     for (int l = 0; l < L; l++) {
@@ -62,7 +62,7 @@ static inline void plain_decode_layers(floatX *x, floatX *qkv, floatX *att, floa
         floatX *k = kcache + l * layer_stride, *v = vcache + l * layer_stride;
         // attention block: x += attproj(attention(qkv(ln1(x))))
         layernorm_matmul_forward(qkv, scratch, x, w->ln1w, w->ln1b, w->qkvw, w->qkvb, B, C, 3 * C, 0, stats);
-        attention_decode_step(att, att_scratch, qkv, k, v, pos, B, maxT, NH, HS);
+        attention_decode_step(att, att_scratch, qkv, k, v, pos, B, beside, maxT, NH, HS);
         stats = matmul_residual_forward(x, scratch, att, w->attprojw, w->attprojb, B, C, C, x_stats) ? x_stats : NULL;
         // MLP block: x += fcproj(gelu(fc(ln2(x))))
         layernorm_matmul_forward(fch, scratch, x, w->ln2w, w->ln2b, w->fcw, w->fcb, B, C, 4 * C, 1, stats);

@@ -165,8 +165,11 @@ void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX 
 // query attends to positions 0..pos (its own included, as causality wants). out (B, NH, HS);
 // kcache, vcache (B, NH, maxT, HS). The work is laid out for maxT positions; the parts past pos return at once.
 // scratch: attention_decode_scratch_size(B, maxT, NH, HS) bytes, as for attention_decode.
+// beside: the sequences of other calls whose attention runs at the same time as this one's (the
+// decode step's other parts of a batch, gpt2_decode.c), 0 if none: CUDA's layout counts them.
 void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
-                           floatX *vcache, const int *pos, int B, int maxT, int NH, int HS);
+                           floatX *vcache, const int *pos, int B, int beside, int maxT, int NH,
+                           int HS);
 // The prefill's keys and values: those of qkv (B, T, 3, NH, HS) go into the KV cache at
 // positions pos .. pos+T-1 (pos: one int32 in device memory). kcache, vcache (B, NH, maxT, HS).
 void kv_cache_store(floatX *kcache, floatX *vcache, const floatX *qkv, const int *pos, int B,
@@ -228,11 +231,12 @@ typedef struct {
 // and multiply their rows of fch by their columns of fcprojw, whose parts the next layer's first
 // kernel sums into x (the last layer's FC projection a GEMV kernel); qkv is then not written,
 // nor att_scratch used. att and fch hold the last layer's. att_scratch:
-// attention_decode_scratch_size bytes; scratch: fused_scratch_size(B, C, 4C).
+// attention_decode_scratch_size bytes; scratch: fused_scratch_size(B, C, 4C). beside: the rows of
+// the other parts of the batch whose layers run at the same time (attention_decode_step's).
 void decode_layers_step(floatX *x, floatX *qkv, floatX *att, floatX *fch, void *att_scratch,
                         void *scratch, float *x_stats, const DecodeLayerWeights *w, int L,
                         floatX *kcache, floatX *vcache, size_t layer_stride, const int *pos, int B,
-                        int maxT, int NH, int HS);
+                        int beside, int maxT, int NH, int HS);
 // How many parts of the batch the decode step's layers at B rows run as at once (gpt2_decode.c):
 // part 0, the first B / parts rows, on the main stream and each other on a branch
 // (dev_branch_begin), so that one part's attention streams the cache while another's matmuls

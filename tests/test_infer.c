@@ -113,7 +113,7 @@ static void test_attention_decode(unsigned long long *rng) {
             }
         }
         int pos = len - 1;
-        attention_decode_step(o2, scratch, qkv, kc2, vc2, &pos, B, maxT, NH, HS);
+        attention_decode_step(o2, scratch, qkv, kc2, vc2, &pos, B, 0, maxT, NH, HS);
         CHECK(memcmp(o, o2, B * C * sizeof(float)) == 0, "attention_decode_step equals attention_decode (len %d)", len);
         CHECK(memcmp(kc, kc2, cache * sizeof(float)) == 0 && memcmp(vc, vc2, cache * sizeof(float)) == 0,
               "attention_decode_step writes the new k and v at position %d", pos);

@@ -56,14 +56,14 @@ static void test_attention_decode(unsigned long long *rng) {
     // (B, maxT, NH, HS) and the lengths tried in one cache: 1, split boundaries (multiples of
     // 16 and 64) and one past them, lengths that are multiples of nothing, the whole cache
     // (B * NH >= 2 x 132 SMs puts each head in one block: the one-split kernel, at four head
-    // sizes)
+    // sizes; and the batch-64 decode step's part, 32 x 12 heads, at 4 rows a round)
     // (decode_layers_step at one row on Hopper, head size 64: two kernels of clusters a layer, at
     // C = 768 (shape 0), 1,024 and 1,280, their three weight widths, and 256, a small model's;
     // elsewhere the plain calls)
     int shapes[][4] = {{1, 1024, 12, 64}, {4, 128, 4, 64}, {64, 512, 12, 64}, {2, 5000, 2, 128},
                        {3, 40, 2, 32}, {1, 300, 3, 80}, {1, 100, 2, 256}, {2, 70, 5, 8},
                        {24, 200, 24, 128}, {48, 130, 12, 80}, {96, 70, 6, 8}, {4, 1024, 12, 64},
-                       {1, 2048, 16, 64}, {1, 700, 20, 64}, {1, 5000, 4, 64}};
+                       {1, 2048, 16, 64}, {1, 700, 20, 64}, {1, 5000, 4, 64}, {32, 384, 12, 64}};
     // --sanitize: the split kernel at one row and the one-split kernel (shapes 0 and 2), two
     // lengths each
     int sanitize_shapes[] = {0, 2};
@@ -177,7 +177,7 @@ static void test_attention_decode(unsigned long long *rng) {
             poison(dout, B * C);
             int pos = len - 1;
             dev_upload(dlen, &pos, sizeof(int));
-            attention_decode_step(dout, dscratch, dqkv, dk2, dv2, dlen, B, maxT, NH, HS);
+            attention_decode_step(dout, dscratch, dqkv, dk2, dv2, dlen, B, 0, maxT, NH, HS);
             floatX_download(o, dout, B * C);
             // (laid out for maxT, not len: other splits, so not the same bits as attention_decode)
             CHECK_CLOSE(o, ref, (size_t)B * C, 1e-2, "attention_decode_step B=%d len=%d maxT=%d NH=%d HS=%d",
@@ -200,6 +200,15 @@ static void test_attention_decode(unsigned long long *rng) {
                   (int)(bad / ((size_t)NH * maxT * HS)), (int)(bad / ((size_t)maxT * HS) % NH),
                   (int)(bad / HS % maxT), (int)(bad % HS), bad < cache ? kc2[bad] : 0.0f,
                   bad < cache ? (which[0] == 'k' ? kc : vc)[bad] : 0.0f);
+            // with other parts' sequences beside the call (attention_decode_step's `beside`),
+            // which may take the other row count a round at one block a head (4 or 2 rows: the
+            // batch-64 step's parts of 32 rows, shape 15, take 4 alone and with 32 beside, 2
+            // with 96): the same result within the rounding
+            poison(dout, B * C);
+            attention_decode_step(dout, dscratch, dqkv, dk2, dv2, dlen, B, 3 * B, maxT, NH, HS);
+            floatX_download(o, dout, B * C);
+            CHECK_CLOSE(o, ref, (size_t)B * C, 1e-2, "attention_decode_step B=%d beside %d len=%d "
+                        "maxT=%d NH=%d HS=%d", B, 3 * B, len, maxT, NH, HS);
             // the step's embedding (decode_embed) against wte[token] + wpe[pos]; then from it
             // decode_layers_step over two layers (the same weights, their own caches) against the
             // plain layers, each as layernorm, the QKV matmul, attention_decode_step as above, the
@@ -218,7 +227,7 @@ static void test_attention_decode(unsigned long long *rng) {
                 layernorm_forward(dln, dstats, dstats + B, dxref, dlnw, dlnb, B, C);
                 matmul_forward(dqkv2, dln, dw, dbias, B, C, 3 * C);
                 floatX_download(l ? want1 : want, dqkv2, (size_t)B * 3 * C);
-                attention_decode_step(dout, dscratch, dqkv2, dkr + l * cache, dvr + l * cache, dlen, B, maxT, NH, HS);
+                attention_decode_step(dout, dscratch, dqkv2, dkr + l * cache, dvr + l * cache, dlen, B, 0, maxT, NH, HS);
                 matmul_forward(dproj, dout, dpw, dpb, B, C, C);
                 residual_forward(dxref, dxref, dproj, (size_t)B * C);
                 layernorm_forward(dln, dstats, dstats + B, dxref, dln2w, dln2b, B, C);
@@ -244,7 +253,7 @@ static void test_attention_decode(unsigned long long *rng) {
             poison(dfch2, (size_t)B * 4 * C);
             decode_embed(dx2, dtok, dlen, dwte, dwpe, B, C, 1);   // (chained: after a kernel with PDL)
             decode_layers_step(dx2, dqkv, datt, dfch2, dscratch, dfused, xstats, layers2, 2, dk3, dv3, cache,
-                               dlen, B, maxT, NH, HS);
+                               dlen, B, 0, maxT, NH, HS);
             floatX_download(got, datt, B * C);
             CHECK_CLOSE(got, o, (size_t)B * C, 1e-2, "decode_layers_step's att, B=%d len=%d maxT=%d NH=%d HS=%d",
                         B, len, maxT, NH, HS);
