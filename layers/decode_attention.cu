@@ -118,11 +118,13 @@ struct DecodeArgs {
 // head is one block (B*NH blocks, batch 64 in one call: 768): then what counts is that every
 // block is resident at once, one wave (792 on 132 SMs) and no tail (4% faster at batch 64 in one
 // part, 2% slower at batch 1 if used there; docs/PERF.md). But ROWS = 4 at one block a head too
-// where the call's blocks fit one wave at 4 an SM and, with the other parts' running beside it
-// (decode_layers_step's `beside`), all fit one wave at 6: the batch-64 step's two parts of 32 rows
-// (384 + 384 heads). Measured there +3.7% (153.3K tokens/s against 147.8K); the same call in three
-// parts (batch 96) level and in four (128) 2% slower, so those keep 2 rows (docs/PERF.md,
-// thirty-first session). Why, from the timeline: with 4 rows the first part's blocks take the SMs
+// where the call is a part of a batch (decode_layers_step's `beside`: the other parts' rows,
+// running at once), its blocks fit one wave at 4 an SM, and with one block for each head of the
+// other parts all fit one wave at 6: the batch-64 step's two parts of 32 rows (384 + 384 heads).
+// Measured there +3.7% (153.3K tokens/s against 147.8K); the same call in three parts (batch 96)
+// level and in four (128) 2% slower, so those keep 2 rows (docs/PERF.md, thirty-first session).
+// For GPT-2 124M on 132 SMs the rule also takes the two parts of batch 49-63 and the 22-row parts
+// of batch 65-66's three, unmeasured; a call that is not a part keeps the rows it had. Why, from the timeline: with 4 rows the first part's blocks take the SMs
 // first and its attention ends about 7 us before the second's, so its matmuls start while the
 // second part's attention streams the cache, where with 2 rows both ended together and the
 // matmuls of both ran with the cache idle; with more parts the blocks past one wave cost more.
@@ -323,7 +325,7 @@ void decode(DecodeArgs a, floatX *out, void *scratch, int span, int B, int besid
     const dim3 grid(a.splits, NH, B);
     const int groups = HS / 8;   // lanes per row, rounded up to a power of two below
     const long blocks = (long)a.splits * NH * B, beside_heads = (long)beside * NH;
-    if (a.splits > 1 || (blocks <= (long)kRows4PerSM * cuda_num_sms &&
+    if (a.splits > 1 || (beside > 0 && blocks <= (long)kRows4PerSM * cuda_num_sms &&
                          blocks + beside_heads <= (long)kRows2PerSM * cuda_num_sms))
         launch_groups<4>(grid, groups, a);
     else

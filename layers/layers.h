@@ -166,7 +166,8 @@ void attention_decode(floatX *out, void *scratch, const floatX *q, const floatX 
 // kcache, vcache (B, NH, maxT, HS). The work is laid out for maxT positions; the parts past pos return at once.
 // scratch: attention_decode_scratch_size(B, maxT, NH, HS) bytes, as for attention_decode.
 // beside: the sequences of other calls whose attention runs at the same time as this one's (the
-// decode step's other parts of a batch, gpt2_decode.c), 0 if none: CUDA's layout counts them.
+// decode step's other parts of a batch, gpt2_decode.c), 0 if none: on CUDA they choose how many
+// cache rows a round the kernel loads (decode_attention.cu), not the result beyond its rounding.
 void attention_decode_step(floatX *out, void *scratch, const floatX *qkv, floatX *kcache,
                            floatX *vcache, const int *pos, int B, int beside, int maxT, int NH,
                            int HS);

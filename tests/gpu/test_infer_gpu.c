@@ -56,7 +56,7 @@ static void test_attention_decode(unsigned long long *rng) {
     // (B, maxT, NH, HS) and the lengths tried in one cache: 1, split boundaries (multiples of
     // 16 and 64) and one past them, lengths that are multiples of nothing, the whole cache
     // (B * NH >= 2 x 132 SMs puts each head in one block: the one-split kernel, at four head
-    // sizes; and the batch-64 decode step's part, 32 x 12 heads, at 4 rows a round)
+    // sizes; and the batch-64 decode step's part, 32 x 12 heads, at 2 and 4 rows a round)
     // (decode_layers_step at one row on Hopper, head size 64: two kernels of clusters a layer, at
     // C = 768 (shape 0), 1,024 and 1,280, their three weight widths, and 256, a small model's;
     // elsewhere the plain calls)
@@ -200,15 +200,21 @@ static void test_attention_decode(unsigned long long *rng) {
                   (int)(bad / ((size_t)NH * maxT * HS)), (int)(bad / ((size_t)maxT * HS) % NH),
                   (int)(bad / HS % maxT), (int)(bad % HS), bad < cache ? kc2[bad] : 0.0f,
                   bad < cache ? (which[0] == 'k' ? kc : vc)[bad] : 0.0f);
-            // with other parts' sequences beside the call (attention_decode_step's `beside`),
-            // which may take the other row count a round at one block a head (4 or 2 rows: the
-            // batch-64 step's parts of 32 rows, shape 15, take 4 alone and with 32 beside, 2
-            // with 96): the same result within the rounding
+            // as a part of a batch, with as many sequences of another part beside it
+            // (attention_decode_step's `beside`), which may take the other row count a round at
+            // one block a head (the batch-64 step's parts of 32 rows, shape 15: 2 rows alone, 4
+            // with 32 beside), the new row poisoned in the caches again: the same result within
+            // the rounding, the new row from qkv
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < NH; h++) {
+                    poison(dk2 + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
+                    poison(dv2 + KV_CACHE_AT(b, h, len - 1, maxT, NH, HS), HS);
+                }
             poison(dout, B * C);
-            attention_decode_step(dout, dscratch, dqkv, dk2, dv2, dlen, B, 3 * B, maxT, NH, HS);
+            attention_decode_step(dout, dscratch, dqkv, dk2, dv2, dlen, B, B, maxT, NH, HS);
             floatX_download(o, dout, B * C);
             CHECK_CLOSE(o, ref, (size_t)B * C, 1e-2, "attention_decode_step B=%d beside %d len=%d "
-                        "maxT=%d NH=%d HS=%d", B, 3 * B, len, maxT, NH, HS);
+                        "maxT=%d NH=%d HS=%d", B, B, len, maxT, NH, HS);
             // the step's embedding (decode_embed) against wte[token] + wpe[pos]; then from it
             // decode_layers_step over two layers (the same weights, their own caches) against the
             // plain layers, each as layernorm, the QKV matmul, attention_decode_step as above, the
