@@ -124,10 +124,11 @@ struct DecodeArgs {
 // Measured there +3.7% (153.3K tokens/s against 147.8K); the same call in three parts (batch 96)
 // level and in four (128) 2% slower, so those keep 2 rows (docs/PERF.md, thirty-first session).
 // For GPT-2 124M on 132 SMs the rule also takes the two parts of batch 49-63 and the 22-row parts
-// of batch 65-66's three, unmeasured; a call that is not a part keeps the rows it had. Why, from the timeline: with 4 rows the first part's blocks take the SMs
-// first and its attention ends about 7 us before the second's, so its matmuls start while the
-// second part's attention streams the cache, where with 2 rows both ended together and the
-// matmuls of both ran with the cache idle; with more parts the blocks past one wave cost more.
+// of batch 65-66's three, unmeasured; a call that is not a part keeps the rows it had. Why, from
+// the timeline: with 4 rows the first part's blocks take the SMs first and its attention ends
+// about 7 us before the second's, so its matmuls start while the second part's attention streams
+// the cache, where with 2 rows both ended together and the matmuls of both ran with the cache
+// idle; with more parts the blocks past one wave cost more.
 // Not held to fewer registers (72, so that the output projection's CTAs fit beside the 2-row
 // kernel's blocks and load their weights while it runs: the step measured 3.4% slower, twenty-third
 // session).
