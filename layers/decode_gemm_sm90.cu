@@ -71,6 +71,14 @@ constexpr int kFoldRows = 32;
 #ifndef DECODE_GEMM_PROBE
 #define DECODE_GEMM_PROBE 0
 #endif
+// Another, to time against: the most K slices splits_for picks where fewer fit (a build with
+// -DDECODE_GEMM_SPLITS=S, 1 to 8; by default kMaxSplits, the rule as measured). Fewer slices
+// are less of the exchange between them and more input rows a CTA: the two waits of a 64-row
+// call (13.9% and 23.6% of its stall samples, docs/PERF.md, twenty-third session).
+#ifndef DECODE_GEMM_SPLITS
+#define DECODE_GEMM_SPLITS kMaxSplits
+#endif
+static_assert(DECODE_GEMM_SPLITS >= 1 && DECODE_GEMM_SPLITS <= kMaxSplits, "DECODE_GEMM_SPLITS: 1 to 8");
 
 enum Epilogue { kBias, kBiasGelu, kBiasResidual };
 
@@ -325,13 +333,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // K slices of a call (a divisor of K / 64, at most kMaxSplits and kMaxBoxes boxes a slice): the
-// most that keep the grid within 1.1 CTAs an SM, or the fewest that fit; 0: none fits
+// most that keep the grid within 1.1 CTAs an SM (and DECODE_GEMM_SPLITS), or the fewest that fit;
+// 0: none fits
 int splits_for(int K, int OC) {
     const int boxes = K / kBoxCols, tiles = OC / kChannels;
     int pick = 0;
     for (int s = 1; s <= kMaxSplits; s++) {
         if (boxes % s || boxes / s > kMaxBoxes) continue;
-        if (!pick || tiles * s * 10 <= cuda_num_sms * 11) pick = s;
+        if (!pick || (tiles * s * 10 <= cuda_num_sms * 11 && s <= DECODE_GEMM_SPLITS)) pick = s;
     }
     return pick;
 }
