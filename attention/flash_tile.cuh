@@ -324,6 +324,14 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
         ::"r"(dst), "l"(src), "r"(bytes), "r"(smem_addr(bar))
         : "memory");
 }
+// cp.reduce.async.bulk (1-D) .add.f32: adds `bytes` of fp32 (a multiple of 16, both addresses
+// 16-byte aligned) from shared memory into global memory, element by element, atomically with
+// respect to other reductions; one bulk group operation (tma_commit, tma_wait_read, tma_wait)
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 ::"l"(dst), "r"(src), "r"(bytes)
+                 : "memory");
+}
 // cp.async.bulk.commit_group: close the group of bulk stores/reductions issued since the last
 __device__ __forceinline__ void tma_commit() {
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -353,6 +361,17 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t *p) {
     uint32_t v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
+}
+// red.global.add.f32: *p += v atomically, nothing returned (atomicAdd's result unused may or may
+// not become one)
+__device__ __forceinline__ void red_add(float *p, float v) {
+    asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
+}
+// red.global.add.v4.f32 (sm_90): p[0..3] += v, each element atomically (p 16-byte aligned)
+__device__ __forceinline__ void red_add_v4(float *p, float4 v) {
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n"
+                 ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
 }
 // red.release.gpu.add: *p += v after everything this thread wrote before
 __device__ __forceinline__ void add_release(uint32_t *p, uint32_t v) {
