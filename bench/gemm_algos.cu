@@ -22,10 +22,24 @@
 // between the epilogue's outputs and those of the GEMM plus separate kernels. Both should be
 // about 1e-2 or less (bf16). Inputs are random, scaled so that values stay O(1).
 //
-// Usage: gemm_algos [-k K] [-b B] [-t T] [-r REPS]    defaults: K = 16, B = 64, T = 1024 (N = B*T),
+// With -8, each plain GEMM is also timed in FP8 (issue 19: the ceiling of what FP8 GEMMs could give
+// a training step whose bf16 GEMMs run at 96% of the measured ceiling): cuBLASLt's FP8 kernels on
+// Hopper take both operands K-major (A transposed, B not), so every product is issued in that
+// form, e4m3 x e4m3 forward, e4m3 x e5m2 for the two backward products (dout in e5m2), per-tensor
+// scales (amax to the format's largest), bf16 out; the operands that are not K-major in the
+// step's layout (dinp's weight, dweight's inp and dout) as transposed copies. Its rows ("fp8",
+// and "fp8 fast" with CUBLASLT_MATMUL_DESC_FAST_ACCUM) read their last columns against the bf16
+// GEMM's best: "plain best + kernels ms" is the bf16 best, the ratio fp8's speedup over it, and
+// "epi vs sep" fp8's max |D - D_bf16| / max |D_bf16|. The casts an FP8 step would add (each
+// operand cast, and transposed where it must be, once) are timed as kernels written here and
+// summed per step below the table.
+//
+// Usage: gemm_algos [-k K] [-b B] [-t T] [-r REPS] [-8]    defaults: K = 16, B = 64, T = 1024 (N = B*T),
 // REPS = 20. `-b 64 -t 1` gives a batch-64 decode step's GEMMs (N = 64 rows).
 #include "../runtime/cuda_common.cuh"
 #include "bench_common.cuh"   // random_tensor, fill_random, time_ms
+
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -36,6 +50,7 @@
 #include <vector>
 
 static int K = 16, B = 64, T = 1024;   // and bench_reps = 20 (-r), bench_warmup = 3
+static bool fp8 = false;                // -8
 static const int C = 768, L = 12, Vp = 50304;
 
 // ---- inputs and the separate kernels ------------------------------------------------------
@@ -112,6 +127,61 @@ static void column_sum(float *out, const floatX *x, int rows, int cols) {   // c
     LAUNCH_CHECK();
 }
 
+// ---- FP8 operands (-8) ----------------------------------------------------------------------
+
+// out = F8(x * scale) (saturating), x (rows, cols) row-major bf16, 8 elements a thread (cols % 8 == 0)
+template <typename F8>
+__global__ void cast_fp8_kernel(F8 *out, const bf16 *x, size_t n, float scale) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    float v[8];
+    load_bf16<8>(v, x + i);
+    for (int k = 0; k < 8; k++) out[i + k] = F8(v[k] * scale);
+}
+// out (cols, rows) = F8(x^T * scale): 32 x 32 tiles through shared memory (rows, cols % 32 == 0)
+template <typename F8>
+__global__ void cast_fp8_t_kernel(F8 *out, const bf16 *x, int rows, int cols, float scale) {
+    __shared__ float tile[32][33];
+    const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    for (int r = threadIdx.y; r < 32; r += 8)
+        tile[r][threadIdx.x] = __bfloat162float(x[(size_t)(r0 + r) * cols + c0 + threadIdx.x]);
+    __syncthreads();
+    for (int c = threadIdx.y; c < 32; c += 8)
+        out[(size_t)(c0 + c) * rows + r0 + threadIdx.x] = F8(tile[threadIdx.x][c] * scale);
+}
+// an FP8 copy of x (rows, cols), transposed or not, scaled so that amax (an upper bound of |x|)
+// meets the format's largest value; *descale (device) = its inverse, cuBLASLt's A/B scale
+template <typename F8>
+struct Fp8Copy {
+    void *data;
+    float *descale;
+};
+template <typename F8>
+static float fp8_max() { return std::is_same<F8, __nv_fp8_e4m3>::value ? 448.0f : 57344.0f; }
+template <typename F8>
+static void cast_fp8(void *out, const floatX *x, int rows, int cols, float scale, bool transpose) {
+    if (transpose) {
+        cast_fp8_t_kernel<F8><<<dim3(cols / 32, rows / 32), dim3(32, 8), 0, cuda_stream>>>(
+            (F8 *)out, CBF(x), rows, cols, scale);
+    } else {
+        const size_t n = (size_t)rows * cols;
+        cast_fp8_kernel<F8><<<ceil_div(n / 8, 256), 256, 0, cuda_stream>>>((F8 *)out, CBF(x), n, scale);
+    }
+    LAUNCH_CHECK();
+}
+template <typename F8>
+static Fp8Copy<F8> fp8_copy(const floatX *x, int rows, int cols, float amax, bool transpose, double *cast_ms) {
+    Fp8Copy<F8> c;
+    c.data = dev_malloc((size_t)rows * cols, "fp8 copy");
+    c.descale = (float *)dev_malloc(sizeof(float), "fp8 scale");
+    const float scale = fp8_max<F8>() / amax, descale = 1.0f / scale;
+    CUDA_CHECK(cudaMemcpy(c.descale, &descale, sizeof(float), cudaMemcpyHostToDevice));
+    *cast_ms = time_ms([&] { cast_fp8<F8>(c.data, x, rows, cols, scale, transpose); });
+    return c;
+}
+template <typename F8>
+static void fp8_free(Fp8Copy<F8> &c) { dev_free(c.data); dev_free(c.descale); }
+
 // ---- checks and timing ----------------------------------------------------------------------
 
 __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
@@ -162,9 +232,9 @@ struct Gemm {
     int per_step;   // calls in one training step (0: an epilogue variant, not in the step total)
     cublasOperation_t ta, tb;
     int m, n, k;
-    const floatX *A;
+    const void *A;
     int lda;
-    const floatX *B;
+    const void *B;
     int ldb;
     floatX *D;
     int ldd;
@@ -173,12 +243,16 @@ struct Gemm {
     void *bias;        // BIAS: input (m); DGELU_BGRAD: output (m); BGRADB: output (n)
     cudaDataType_t bias_type;
     floatX *aux;       // GELU_AUX_BIAS: the pre-activation out; DGELU*: in; (m, n), ld m
+    cudaDataType_t a_type, b_type;      // bf16, or the FP8 rows' e4m3 / e5m2
+    const float *a_scale, *b_scale;     // FP8: the operands' dequantisation scales (device)
+    bool fast_accum;                    // FP8: CUBLASLT_MATMUL_DESC_FAST_ACCUM
 };
 static Gemm gemm(const char *name, int per_step, cublasOperation_t ta, cublasOperation_t tb,
-                 int m, int n, int k, const floatX *A, int lda, const floatX *B, int ldb,
+                 int m, int n, int k, const void *A, int lda, const void *B, int ldb,
                  floatX *D, int ldd, bool accumulate) {
     return Gemm{name, per_step, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, accumulate,
-                CUBLASLT_EPILOGUE_DEFAULT, NULL, CUDA_R_16BF, NULL};
+                CUBLASLT_EPILOGUE_DEFAULT, NULL, CUDA_R_16BF, NULL, CUDA_R_16BF, CUDA_R_16BF, NULL, NULL,
+                false};
 }
 static bool bias_is_output(cublasLtEpilogue_t e) {
     return e == CUBLASLT_EPILOGUE_DGELU_BGRAD || e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB;
@@ -209,6 +283,11 @@ static cublasStatus_t describe(const Gemm &g, cublasLtMatmulDesc_t desc, cublasL
         TRY(set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias));
         TRY(set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, (int32_t)g.bias_type));
     }
+    if (g.a_scale) {
+        TRY(set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, (const void *)g.a_scale));
+        TRY(set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, (const void *)g.b_scale));
+        TRY(set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, (int8_t)g.fast_accum));
+    }
     if (g.aux) {
         TRY(set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (void *)g.aux));
         TRY(set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)g.m));
@@ -218,8 +297,8 @@ static cublasStatus_t describe(const Gemm &g, cublasLtMatmulDesc_t desc, cublasL
     }
     // stored shapes, before the op: A is (m,k) or (k,m), B is (k,n) or (n,k), D is (m,n)
     const bool na = g.ta == CUBLAS_OP_N, nb = g.tb == CUBLAS_OP_N;
-    TRY(cublasLtMatrixLayoutCreate(a, CUDA_R_16BF, na ? g.m : g.k, na ? g.k : g.m, g.lda));
-    TRY(cublasLtMatrixLayoutCreate(b, CUDA_R_16BF, nb ? g.k : g.n, nb ? g.n : g.k, g.ldb));
+    TRY(cublasLtMatrixLayoutCreate(a, g.a_type, na ? g.m : g.k, na ? g.k : g.m, g.lda));
+    TRY(cublasLtMatrixLayoutCreate(b, g.b_type, nb ? g.k : g.n, nb ? g.n : g.k, g.ldb));
     TRY(cublasLtMatrixLayoutCreate(d, CUDA_R_16BF, g.m, g.n, g.ldd));
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -329,6 +408,8 @@ static Result bench_bias_grad(Gemm &g) {
 // ---- the table ------------------------------------------------------------------------------
 
 static double step_first_ms = 0.0, step_best_ms = 0.0;   // the plain GEMMs of one step
+// -8: the same GEMMs' best in FP8 (without and with fast accumulation) and the casts they need
+static double step_fp8_ms = 0.0, step_fp8_fast_ms = 0.0, step_cast_ms = 0.0;
 
 static void header(void) {
     printf("| GEMM | m n k | cand. (failed) | first ms | best ms | best # | speedup | TFLOP/s first / best "
@@ -360,6 +441,33 @@ static void row(const Gemm &g, const Result &r, double plain_ms = -1, double ker
     fflush(stdout);
 }
 
+// ---- the FP8 rows (-8) ----------------------------------------------------------------------
+
+template <typename F8>
+static cudaDataType_t fp8_type() {
+    return std::is_same<F8, __nv_fp8_e4m3>::value ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+// bf (a plain GEMM, already timed: its best ref_ms, its result ref in bf.D's shape) again in FP8,
+// A and B the FP8 copies in the K-major form (A transposed, B not) with leading dimensions lda,
+// ldb, into d (from d_init's values where bf accumulates), without and with fast accumulation
+template <typename FA, typename FB>
+static void bench_fp8(const Gemm &bf, double ref_ms, const floatX *ref, const Fp8Copy<FA> &a, int lda,
+                      const Fp8Copy<FB> &b, int ldb, floatX *d, const floatX *d_init) {
+    Gemm g = bf;   // the same m, n, k, epilogue, bias, accumulation
+    g.ta = CUBLAS_OP_T, g.tb = CUBLAS_OP_N;
+    g.A = a.data, g.lda = lda, g.B = b.data, g.ldb = ldb, g.D = d, g.ldd = g.m;
+    g.a_type = fp8_type<FA>(), g.b_type = fp8_type<FB>(), g.a_scale = a.descale, g.b_scale = b.descale;
+    g.per_step = 0;   // (the FP8 totals are kept apart)
+    for (int fast = 0; fast < 2; fast++) {
+        g.fast_accum = fast;
+        g.name = bf.name + (fast ? " fp8 fast" : " fp8");
+        if (d_init) dev_copy(d, d_init, (size_t)g.m * g.n * sizeof(floatX));
+        const Result r = bench_gemm(g);
+        row(g, r, ref_ms, 0.0, r.failure ? 0.0 : rel_diff(d, ref, (size_t)g.m * g.n));
+        (fast ? step_fp8_fast_ms : step_fp8_ms) += bf.per_step * (r.failure ? ref_ms : r.best_ms);
+    }
+}
+
 // ---- the layers -----------------------------------------------------------------------------
 
 static void bench_layer(const char *name, int in, int out, bool has_bias, int per_step) {
@@ -382,6 +490,23 @@ static void bench_layer(const char *name, int in, int out, bool has_bias, int pe
     if (has_bias) fwd.epilogue = CUBLASLT_EPILOGUE_BIAS, fwd.bias = bias;
     const Result fwd_r = bench_gemm(fwd);
     row(fwd, fwd_r);
+    // -8: the FP8 copies (each cast timed once, counted per layer) and the forward in FP8
+    const float w_amax = 1.0f / sqrtf((float)in), dout_amax = 1.0f / 16;
+    double ms, cast_ms = 0.0;
+    Fp8Copy<__nv_fp8_e4m3> inp8 = {}, weight8 = {}, weight_t8 = {}, inp_t8 = {};
+    Fp8Copy<__nv_fp8_e5m2> dout8 = {}, dout_t8 = {};
+    if (fp8) {
+        inp8 = fp8_copy<__nv_fp8_e4m3>(inp, N, in, 1.0f, false, &ms), cast_ms += ms;
+        weight8 = fp8_copy<__nv_fp8_e4m3>(weight, out, in, w_amax, false, &ms), cast_ms += ms;
+        weight_t8 = fp8_copy<__nv_fp8_e4m3>(weight, out, in, w_amax, true, &ms), cast_ms += ms;
+        inp_t8 = fp8_copy<__nv_fp8_e4m3>(inp, N, in, 1.0f, true, &ms), cast_ms += ms;
+        dout8 = fp8_copy<__nv_fp8_e5m2>(dout, N, out, dout_amax, false, &ms), cast_ms += ms;
+        dout_t8 = fp8_copy<__nv_fp8_e5m2>(dout, N, out, dout_amax, true, &ms), cast_ms += ms;
+        step_cast_ms += per_step * cast_ms;
+        floatX *y8 = bf16_tensor(n_out, "fp8 out");
+        if (!fwd_r.failure) bench_fp8(fwd, fwd_r.best_ms, y, weight8, in, inp8, in, y8, NULL);
+        dev_free(y8);
+    }
     if (out == 4 * C && !fwd_r.failure) {   // fc: GELU in the epilogue, the pre-activation as aux
         floatX *h = bf16_tensor(n_out, "gelu out"), *pre = bf16_tensor(n_out, "pre-activation");
         floatX *sep = bf16_tensor(n_out, "separate gelu");
@@ -400,6 +525,11 @@ static void bench_layer(const char *name, int in, int out, bool has_bias, int pe
                     dout, out, dinp, in, false);
     const Result bwd_r = bench_gemm(bwd);
     row(bwd, bwd_r);
+    if (fp8 && !bwd_r.failure) {   // A: weight^T (in, out) row-major, op T; B: dout as it is
+        floatX *dinp8 = bf16_tensor(n_in, "fp8 dinp");
+        bench_fp8(bwd, bwd_r.best_ms, dinp, weight_t8, out, dout8, out, dinp8, NULL);
+        dev_free(dinp8);
+    }
     if (in == 4 * C && !bwd_r.failure) {   // fcproj: dinp through fc's GELU backward, fc's dbias
         floatX *pre = random_tensor(n_in, 1.0f, "pre-activation");
         floatX *dh = bf16_tensor(n_in, "epilogue dinp"), *sep = bf16_tensor(n_in, "separate dinp");
@@ -432,6 +562,17 @@ static void bench_layer(const char *name, int in, int out, bool has_bias, int pe
                    dout, out, dweight, in, true);
     const Result dw_r = bench_gemm(dw);
     row(dw, dw_r);
+    if (fp8) {   // A: inp^T (in, N) row-major, op T; B: dout^T (out, N) row-major; D from dweight's start
+        if (!dw_r.failure) {
+            floatX *init = bf16_tensor((size_t)out * in, "dweight's initial values");
+            floatX *dweight8 = bf16_tensor((size_t)out * in, "fp8 dweight");
+            fill_random(init, (size_t)out * in, 0.1f, dweight_seed);
+            bench_fp8(dw, dw_r.best_ms, dweight, inp_t8, N, dout_t8, N, dweight8, init);
+            dev_free(init); dev_free(dweight8);
+        }
+        fp8_free(inp8); fp8_free(weight8); fp8_free(weight_t8); fp8_free(inp_t8);
+        fp8_free(dout8); fp8_free(dout_t8);
+    }
     if (has_bias && !dw_r.failure) {   // the bias gradient, colsum over N of dout, from B's reduction
         floatX *dweight2 = bf16_tensor((size_t)out * in, "epilogue dweight");
         fill_random(dweight2, (size_t)out * in, 0.1f, dweight_seed);   // dweight's initial values
@@ -455,13 +596,18 @@ static void bench_layer(const char *name, int in, int out, bool has_bias, int pe
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: gemm_algos [-k K candidates, 16] [-b B batch, 64] [-t T tokens a row, 1024] [-r REPS, 20]\n");
+    fprintf(stderr, "usage: gemm_algos [-k K candidates, 16] [-b B batch, 64] [-t T tokens a row, 1024] [-r REPS, 20] "
+                    "[-8: also in FP8; B*T a multiple of 32]\n");
     exit(1);
 }
 
 int main(int argc, char **argv) {
     bench_reps = 20;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-8")) {
+            fp8 = true;
+            continue;
+        }
         if (i + 1 >= argc) usage();
         const int v = atoi(argv[i + 1]);
         if (v < 1) usage();
@@ -472,6 +618,7 @@ int main(int argc, char **argv) {
         else usage();
         i++;
     }
+    if (fp8 && (B * T) % 32) usage();   // (the transposing casts' 32 x 32 tiles)
     if (backend_init() != 0) return 1;
     char desc[256];
     backend_describe(desc, sizeof(desc));
@@ -489,5 +636,10 @@ int main(int argc, char **argv) {
            "%.2f ms with the heuristic's first, %.2f ms with the best of %d (%.2f ms, %.1f%% less)\n",
            step_first_ms, step_best_ms, K, step_first_ms - step_best_ms,
            100.0 * (step_first_ms - step_best_ms) / step_first_ms);
+    if (fp8)
+        printf("in FP8 (each GEMM's best; a shape FP8 cannot take counted at its bf16 best): %.2f ms, "
+               "%.2f ms with fast accumulation, against %.2f in bf16; the casts (each operand once, "
+               "transposed where FP8 needs it, as kernels of their own) %.2f ms a step\n",
+               step_fp8_ms, step_fp8_fast_ms, step_best_ms, step_cast_ms);
     return 0;
 }

@@ -1,6 +1,6 @@
 # bench/gemm_algos.mk: cuBLASLt algorithm choice and epilogues at GPT-2 124M's GEMM shapes.
 #   make BACKEND=cuda ATTENTION=flash build/cuda-flash/bench/gemm_algos    build
-#   $(BUILD)/bench/gemm_algos [-k K] [-b B] [-t T] [-r REPS]                run (one GPU)
+#   $(BUILD)/bench/gemm_algos [-k K] [-b B] [-t T] [-r REPS] [-8]           run (one GPU; -8: FP8 too)
 # It needs only the runtime (backend_init, dev_malloc, the cuBLASLt handle and workspace).
 GEMM_ALGOS = $(BUILD)/bench/gemm_algos
 
