@@ -55,10 +55,11 @@ struct Shape {
     int parts, P, Q, R, W;
 };
 
-// the partial of CTA (p) at (row, col) in phase `phase`: a multiple of 1/4 in [0, 4), so that any
-// order of P <= 64 additions is exact in fp32
-__host__ __device__ inline float partial_value(int phase, int p, int row, int col) {
-    return (float)((p * 7 + row * 3 + col + phase * 5) & 15) * 0.25f;
+// the partial of CTA (part, p, q) at (row, col) in phase `phase`: a multiple of 1/4 in [0, 4), so
+// that any order of P <= 64 additions is exact in fp32; every index in it, so that a tile, part or
+// phase taken for another shows in the check
+__host__ __device__ inline float partial_value(int phase, int part, int p, int q, int row, int col) {
+    return (float)((p * 7 + row * 3 + col + phase * 5 + q * 11 + part * 13) & 15) * 0.25f;
 }
 
 __device__ __forceinline__ unsigned atom_acq_rel(unsigned *p, unsigned v) {
@@ -75,6 +76,9 @@ __global__ void __launch_bounds__(THREADS) cross_sum(Shape s, int phase, float *
     extern __shared__ __align__(16) unsigned char smem[];
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");   // the phase before's sums are zero again
+    // (the bulk form adds through the async proxy to what the phase before zeroed with ordinary
+    // stores: ordered explicitly, beside the grids' boundary)
+    if (FORM == F_BULK && threadIdx.x == 0) fence_proxy_async_global();
     const int q = blockIdx.x % s.Q, p = blockIdx.x / s.Q % s.P, part = blockIdx.x / (s.Q * s.P);
     const int C = s.Q * s.W, pieces = s.R * s.W / 4, per_row = s.W / 4;
     float *tile_sum = sum + (size_t)part * s.R * C + (size_t)q * s.W;   // row r at + r * C
@@ -82,8 +86,10 @@ __global__ void __launch_bounds__(THREADS) cross_sum(Shape s, int phase, float *
 
     for (int i = threadIdx.x; i < pieces; i += THREADS) {   // this thread's pieces of the partial
         const int row = i / per_row, col = (i % per_row) * 4;
-        const float4 v = make_float4(partial_value(phase, p, row, col), partial_value(phase, p, row, col + 1),
-                                     partial_value(phase, p, row, col + 2), partial_value(phase, p, row, col + 3));
+        const float4 v = make_float4(partial_value(phase, part, p, q, row, col),
+                                     partial_value(phase, part, p, q, row, col + 1),
+                                     partial_value(phase, part, p, q, row, col + 2),
+                                     partial_value(phase, part, p, q, row, col + 3));
         float *at = tile_sum + (size_t)row * C + col;
         if (FORM == F_NONE || FORM == F_ORDERED) {
             __stcg(reinterpret_cast<float4 *>(slot) + i, v);
@@ -161,9 +167,10 @@ static long check_out(const Shape &s, int phase, const __nv_bfloat16 *d_out) {
     CHECK(cudaMemcpy(h, d_out, n * sizeof(*h), cudaMemcpyDeviceToHost));
     long wrong = 0;
     for (size_t e = 0; e < n; e++) {
-        const int ch = (int)(e % C), row = (int)(e / C % s.R), col = ch % s.W;
+        const int ch = (int)(e % C), row = (int)(e / C % s.R), col = ch % s.W, q = ch / s.W;
+        const int part = (int)(e / ((size_t)s.R * C));
         float want = 0.0f;
-        for (int p = 0; p < s.P; p++) want += partial_value(phase, p, row, col);
+        for (int p = 0; p < s.P; p++) want += partial_value(phase, part, p, q, row, col);
         if (__bfloat162float(h[e]) != bf16_round(want)) wrong++;
     }
     free(h);
@@ -228,9 +235,9 @@ int main(int argc, char **argv) {
     int *fields[] = {&s.parts, &s.P, &s.Q, &s.R, &s.W, &phases};
     for (int i = 1; i < argc && i <= 6; i++) *fields[i - 1] = atoi(argv[i]);
     if (argc > 7 || s.parts < 1 || s.parts > 8 || s.P < 1 || s.P > 64 || s.Q < 1 || s.Q > 64 ||
-        s.R < 1 || s.R > 64 || s.W < 4 || s.W % 4 || s.W > 256 || phases < 1) {
+        s.R < 1 || s.R > 64 || s.W < 4 || s.W % 4 || s.W > 256 || phases < 2) {
         fprintf(stderr, "usage: cross_sum [PARTS 1..8] [P 1..64] [Q 1..64] [R 1..64] [W 4..256, a "
-                        "multiple of 4] [PHASES >= 1]\n");
+                        "multiple of 4] [PHASES >= 2: the sums' zeroing is checked by the next]\n");
         return 2;
     }
     int count = 0;

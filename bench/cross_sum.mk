@@ -7,7 +7,7 @@ CROSS_SUM = $(BUILD)/bench/cross_sum
 ifeq ($(BACKEND),cuda)
 # red.global.add.v4.f32 and the bulk reductions exist from sm_90 on: built for it whatever
 # CUDA_ARCH says (on an older GPU the program says SKIP before it launches anything)
-$(call obj,bench/cross_sum.cu): NVCC_ARCH = -gencode=arch=compute_90,code=sm_90
+$(call obj,bench/cross_sum.cu): NVCC_ARCH = -gencode=arch=compute_90,code=[sm_90,compute_90]
 $(CROSS_SUM): $(call obj,bench/cross_sum.cu)
 	@mkdir -p $(dir $@)
 	$(LINK) $^ -o $@ $(LDLIBS)
