@@ -36,16 +36,9 @@
 #include <string.h>
 
 #include "../attention/flash_tile.cuh"   // smem_addr, bulk_reduce_add_f32, red_add(_v4), tma_*, fences
+#define BENCH_NAME "cross_sum"
+#include "standalone.cuh"   // CHECK, bench_device, pdl_config, capture_graph, best_of_3
 
-#define CHECK(x)                                                                          \
-    do {                                                                                  \
-        cudaError_t e = (x);                                                              \
-        if (e != cudaSuccess) {                                                           \
-            fprintf(stderr, "cross_sum: %s: %s (line %d)\n", #x, cudaGetErrorString(e),    \
-                    __LINE__);                                                            \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
 
 enum { THREADS = 128 };
 enum Form { F_NONE, F_RED, F_RED_V4, F_BULK, F_ORDERED, F_COUNT };
@@ -187,46 +180,22 @@ static float time_form(int form, const Shape &s, int phases, float *sum, float *
     const size_t smem = form == F_BULK ? (size_t)s.R * s.W * 4 : 0;
     if (smem > 48 * 1024)
         CHECK(cudaFuncSetAttribute(kernels[form], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    for (int phase = 0; phase < phases; phase++) {
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr.val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = blocks;
-        config.blockDim = THREADS;
-        config.dynamicSmemBytes = smem;
-        config.stream = stream;
-        config.attrs = &attr;
-        config.numAttrs = 1;
-        CHECK(cudaLaunchKernelEx(&config, kernels[form], s, phase, sum, slots, out, counters));
-    }
-    CHECK(cudaStreamEndCapture(stream, &graph));
-    CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    float best = 1e30f;
-    for (int rep = 0; rep < 3; rep++) {
+    cudaGraphExec_t exec = capture_graph(stream, [&]() {
+        for (int phase = 0; phase < phases; phase++) {
+            cudaLaunchAttribute attr;
+            const cudaLaunchConfig_t config = pdl_config(blocks, THREADS, smem, stream, &attr, true);
+            CHECK(cudaLaunchKernelEx(&config, kernels[form], s, phase, sum, slots, out, counters));
+        }
+    });
+    auto prepare = [&]() {   // sums and counters from zero, out poisoned (NaN)
         CHECK(cudaMemsetAsync(sum, 0, (size_t)s.parts * s.R * C * sizeof(float), stream));
         CHECK(cudaMemsetAsync(counters, 0, (size_t)s.parts * s.Q * sizeof(unsigned), stream));
         CHECK(cudaMemsetAsync(out, 0xff, (size_t)s.parts * s.R * C * sizeof(__nv_bfloat16), stream));
-        CHECK(cudaEventRecord(start, stream));
-        CHECK(cudaGraphLaunch(exec, stream));
-        CHECK(cudaEventRecord(stop, stream));
-        CHECK(cudaEventSynchronize(stop));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, start, stop));
-        if (ms < best) best = ms;
-    }
+    };
+    const float us = best_of_3(stream, phases, prepare, [&]() { CHECK(cudaGraphLaunch(exec, stream)); });
     *wrong = form == F_NONE ? 0 : check_out(s, phases - 1, out);
-    CHECK(cudaEventDestroy(start));
-    CHECK(cudaEventDestroy(stop));
     CHECK(cudaGraphExecDestroy(exec));
-    CHECK(cudaGraphDestroy(graph));
-    return best * 1000.0f / phases;
+    return us;
 }
 
 int main(int argc, char **argv) {
@@ -240,13 +209,8 @@ int main(int argc, char **argv) {
                         "multiple of 4] [PHASES >= 2: the sums' zeroing is checked by the next]\n");
         return 2;
     }
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("SKIP: no GPU\n");
-        return 0;
-    }
     cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (!bench_device(&prop)) return 0;
     if (prop.major < 9) {
         printf("SKIP: %s is not sm_90 (red.v4 and the bulk reductions need it)\n", prop.name);
         return 0;

@@ -28,18 +28,11 @@
 #include <stdlib.h>
 
 #include "../attention/flash_tile.cuh"   // load_acquire, add_release
+#define BENCH_NAME "grid_sync"
+#include "standalone.cuh"   // CHECK, bench_device, pdl_config, capture_graph, best_of_3
 
 namespace cg = cooperative_groups;
 
-#define CHECK(x)                                                                          \
-    do {                                                                                  \
-        cudaError_t e = (x);                                                              \
-        if (e != cudaSuccess) {                                                           \
-            fprintf(stderr, "grid_sync: %s: %s (line %d)\n", #x, cudaGetErrorString(e),    \
-                    __LINE__);                                                            \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
 
 enum { THREADS = 128, GROUPS = 16 };
 enum Barrier { B_NONE, B_COUNTER, B_COUNTER_SLEEP, B_TREE, B_FLAGS, B_CG, B_COUNT };
@@ -119,29 +112,6 @@ __global__ void __launch_bounds__(THREADS) one_phase(float *data, int phase) {
     phase_work(data, phase, 0.0f);
 }
 
-// us a phase: the best of three runs of launch() (which queues one run on stream), timed by
-// events, each after prepare() (queued outside the timed part)
-template <typename Prepare, typename Launch>
-static float best_of_3(cudaStream_t stream, int phases, Prepare prepare, Launch launch) {
-    cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    float best = 1e30f;
-    for (int rep = 0; rep < 3; rep++) {
-        prepare();
-        CHECK(cudaEventRecord(start, stream));
-        launch();
-        CHECK(cudaEventRecord(stop, stream));
-        CHECK(cudaEventSynchronize(stop));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, start, stop));
-        if (ms < best) best = ms;
-    }
-    CHECK(cudaEventDestroy(start));
-    CHECK(cudaEventDestroy(stop));
-    return best * 1000.0f / phases;
-}
-
 static float time_persistent(int kind, int blocks, int phases, float *data, unsigned *sync,
                              unsigned *flags, float *sink, cudaStream_t stream) {
     static void (*const kernels[B_COUNT])(float *, unsigned *, unsigned *, int, float *) = {
@@ -161,27 +131,16 @@ static float time_persistent(int kind, int blocks, int phases, float *data, unsi
 }
 
 static float time_kernels(bool pdl, int blocks, int phases, float *data, cudaStream_t stream) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    for (int phase = 0; phase < phases; phase++) {
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr.val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = blocks;
-        config.blockDim = THREADS;
-        config.stream = stream;
-        config.attrs = &attr;
-        config.numAttrs = 1;
-        CHECK(cudaLaunchKernelEx(&config, one_phase, data, phase));
-    }
-    CHECK(cudaStreamEndCapture(stream, &graph));
-    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphExec_t exec = capture_graph(stream, [&]() {
+        for (int phase = 0; phase < phases; phase++) {
+            cudaLaunchAttribute attr;
+            const cudaLaunchConfig_t config = pdl_config(blocks, THREADS, 0, stream, &attr, pdl);
+            CHECK(cudaLaunchKernelEx(&config, one_phase, data, phase));
+        }
+    });
     const float us = best_of_3(stream, phases, []() {},
                                [&]() { CHECK(cudaGraphLaunch(exec, stream)); });
     CHECK(cudaGraphExecDestroy(exec));
-    CHECK(cudaGraphDestroy(graph));
     return us;
 }
 
@@ -192,13 +151,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: grid_sync [BLOCKS_PER_SM 1..8] [PHASES >= 1]\n");
         return 2;
     }
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("SKIP: no GPU\n");
-        return 0;
-    }
     cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (!bench_device(&prop)) return 0;
     const int blocks = prop.multiProcessorCount * per_sm;
     float *data, *sink;
     unsigned *sync, *flags;

@@ -28,16 +28,9 @@
 #include <stdlib.h>
 
 #include "../attention/flash_tile.cuh"
+#define BENCH_NAME "wgmma_rate"
+#include "standalone.cuh"   // CHECK, bench_device
 
-#define CHECK(x)                                                                           \
-    do {                                                                                   \
-        cudaError_t e = (x);                                                               \
-        if (e != cudaSuccess) {                                                            \
-            fprintf(stderr, "wgmma_rate: %s: %s (line %d)\n", #x, cudaGetErrorString(e),    \
-                    __LINE__);                                                             \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 enum Form { SS = 0, SS_T = 1, RS = 2 };
 constexpr int kTileBytes = 128 * 128 * 2;   // A: 64 x 64 bf16 (8 KB); B: up to 128 x 128 (32 KB)
@@ -292,13 +285,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: wgmma_rate [ITERS >= 1]\n");
         return 2;
     }
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        printf("SKIP: no CUDA device\n");
-        return 0;
-    }
     cudaDeviceProp p;
-    CHECK(cudaGetDeviceProperties(&p, 0));
+    if (!bench_device(&p)) return 0;
     if (p.major != 9) {
         printf("SKIP: wgmma needs compute capability 9.0 (this device: %d.%d)\n", p.major, p.minor);
         return 0;
