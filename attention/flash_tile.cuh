@@ -362,8 +362,8 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t *p) {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-// red.global.add.f32: *p += v atomically, nothing returned (atomicAdd's result unused may or may
-// not become one)
+// red.global.add.f32: *p += v atomically, nothing returned (an atomicAdd whose result goes unused
+// may or may not compile to this)
 __device__ __forceinline__ void red_add(float *p, float v) {
     asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
 }

@@ -29,16 +29,10 @@
 //   batch-64 step's two parts of 32 rows, 16 hidden slices and 8 CTAs a cluster of 96 output
 //   channels each (768).
 #include <cuda_bf16.h>
-#include <cuda_runtime.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "../attention/flash_tile.cuh"   // smem_addr, bulk_reduce_add_f32, red_add(_v4), tma_*, fences
 #define BENCH_NAME "cross_sum"
-#include "standalone.cuh"   // CHECK, bench_device, pdl_config, capture_graph, best_of_3
-
+#include "standalone.cuh"   // CHECK, bench_device, atom_acq_rel, pdl_config, capture_graph, best_of_3
 
 enum { THREADS = 128 };
 enum Form { F_NONE, F_RED, F_RED_V4, F_BULK, F_ORDERED, F_COUNT };
@@ -53,12 +47,6 @@ struct Shape {
 // phase taken for another shows in the check
 __host__ __device__ inline float partial_value(int phase, int part, int p, int q, int row, int col) {
     return (float)((p * 7 + row * 3 + col + phase * 5 + q * 11 + part * 13) & 15) * 0.25f;
-}
-
-__device__ __forceinline__ unsigned atom_acq_rel(unsigned *p, unsigned v) {
-    unsigned old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-    return old;
 }
 
 // sum: (parts, R, Q * W) fp32, zero between phases; slots: (parts, P, Q, R * W) fp32; out:
@@ -143,15 +131,6 @@ __global__ void __launch_bounds__(THREADS) cross_sum(Shape s, int phase, float *
     }
 }
 
-// bf16 round-to-nearest-even of a float, on the host (finite values)
-static float bf16_round(float x) {
-    unsigned u;
-    memcpy(&u, &x, 4);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 // the phase's out against its exact sum: the count of wrong elements
 static long check_out(const Shape &s, int phase, const __nv_bfloat16 *d_out) {
     const int C = s.Q * s.W;
@@ -164,7 +143,7 @@ static long check_out(const Shape &s, int phase, const __nv_bfloat16 *d_out) {
         const int part = (int)(e / ((size_t)s.R * C));
         float want = 0.0f;
         for (int p = 0; p < s.P; p++) want += partial_value(phase, part, p, q, row, col);
-        if (__bfloat162float(h[e]) != bf16_round(want)) wrong++;
+        if (__bfloat162float(h[e]) != __bfloat162float(__float2bfloat16_rn(want))) wrong++;
     }
     free(h);
     return wrong;

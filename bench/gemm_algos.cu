@@ -129,11 +129,13 @@ static void column_sum(float *out, const floatX *x, int rows, int cols) {   // c
 
 // ---- FP8 operands (-8) ----------------------------------------------------------------------
 
+// the two FP8 formats: e4m3 (the forward's operands) or e5m2 (the gradients)
+template <typename F8>
+constexpr bool kE4M3 = std::is_same<F8, __nv_fp8_e4m3>::value;
 // two floats to two FP8 values (saturating), as 16 bits
 template <typename F8>
 __device__ __forceinline__ uint32_t fp8x2(float a, float b) {
-    return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
-                                    std::is_same<F8, __nv_fp8_e4m3>::value ? __NV_E4M3 : __NV_E5M2);
+    return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kE4M3<F8> ? __NV_E4M3 : __NV_E5M2);
 }
 // out = F8(x * scale), x (n) bf16: 8 elements a thread, one 8-byte store (n % 8 == 0)
 template <typename F8>
@@ -168,7 +170,7 @@ struct Fp8Copy {
     float *descale;
 };
 template <typename F8>
-static float fp8_max() { return std::is_same<F8, __nv_fp8_e4m3>::value ? 448.0f : 57344.0f; }
+static float fp8_max() { return kE4M3<F8> ? 448.0f : 57344.0f; }
 template <typename F8>
 static void cast_fp8(void *out, const floatX *x, int rows, int cols, float scale, bool transpose) {
     if (transpose) {
@@ -456,7 +458,7 @@ static void row(const Gemm &g, const Result &r, double plain_ms = -1, double ker
 
 template <typename F8>
 static cudaDataType_t fp8_type() {
-    return std::is_same<F8, __nv_fp8_e4m3>::value ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+    return kE4M3<F8> ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
 // bf (a plain GEMM, already timed: its best ref_ms, its result ref in bf.D's shape) again in FP8,
 // A and B the FP8 copies in the K-major form (A transposed, B not) with leading dimensions lda,

@@ -29,20 +29,14 @@
 
 #include "../attention/flash_tile.cuh"   // load_acquire, add_release
 #define BENCH_NAME "grid_sync"
-#include "standalone.cuh"   // CHECK, bench_device, pdl_config, capture_graph, best_of_3
+#include "standalone.cuh"   // CHECK, bench_device, atom_acq_rel, pdl_config, capture_graph, best_of_3
 
 namespace cg = cooperative_groups;
-
 
 enum { THREADS = 128, GROUPS = 16 };
 enum Barrier { B_NONE, B_COUNTER, B_COUNTER_SLEEP, B_TREE, B_FLAGS, B_CG, B_COUNT };
 static const char *barrier_names[B_COUNT] = {"none", "counter", "counter+sleep", "tree", "flags", "cg"};
 
-__device__ __forceinline__ unsigned atom_acq_rel(unsigned *p, unsigned v) {
-    unsigned old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-    return old;
-}
 __device__ __forceinline__ void st_release(unsigned *p, unsigned v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }

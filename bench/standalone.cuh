@@ -1,7 +1,8 @@
 // standalone.cuh: what the standalone CUDA probes of bench/ share (grid_sync, wgmma_rate,
 // cross_sum: programs of one file each, linked with nothing of the runtime): a checked CUDA call
-// that names the program, the device or a SKIP line, a launch configuration with programmatic
-// dependent launch, a graph captured from a stream, and the best of three timed runs.
+// that names the program, the device or a SKIP line, the last-block counter's atomic, a launch
+// configuration with programmatic dependent launch, a graph captured from a stream, and the best
+// of three timed runs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,6 +30,14 @@ static bool bench_device(cudaDeviceProp *prop) {
     }
     CHECK(cudaGetDeviceProperties(prop, 0));
     return true;
+}
+
+// atom.acq_rel.gpu add: the count that elects a last block or ends a barrier (the runtime's
+// atomic_add_acq_rel, runtime/cuda_common.cuh, for programs that link nothing of it)
+__device__ __forceinline__ unsigned atom_acq_rel(unsigned *p, unsigned v) {
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
 }
 
 // a launch of grid x block on stream, programmatic dependent launch allowed or not (the

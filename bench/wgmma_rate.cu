@@ -31,7 +31,6 @@
 #define BENCH_NAME "wgmma_rate"
 #include "standalone.cuh"   // CHECK, bench_device
 
-
 enum Form { SS = 0, SS_T = 1, RS = 2 };
 constexpr int kTileBytes = 128 * 128 * 2;   // A: 64 x 64 bf16 (8 KB); B: up to 128 x 128 (32 KB)
 
